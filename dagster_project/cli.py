@@ -1,0 +1,129 @@
+"""`clarify`: the few things Dagster and DVC do not already do (SQL, summary, doctor, group runs)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from dagster_project.core.config import ParamsError, load_params
+from dagster_project.resources.warehouse import ASSETS_DIR, WAREHOUSE, connect_readonly, rebuild_views
+
+app = typer.Typer(help="clarify-pipeline: SQL over the warehouse, run summaries, environment checks.",
+                  no_args_is_help=True, add_completion=False)
+console = Console()
+
+
+def _print_frame(df) -> None:
+    table = Table(show_lines=False)
+    for c in df.columns:
+        table.add_column(c)
+    for row in df.iter_rows():
+        table.add_row(*[f"{v:.3f}" if isinstance(v, float) else str(v) for v in row])
+    console.print(table)
+
+
+@app.command()
+def sql(query: str, db: str = typer.Option(WAREHOUSE, help="DuckDB file (opened read-only)"),
+        csv: bool = typer.Option(False, help="print CSV instead of a table")) -> None:
+    """Run a read-only SQL query over the asset views, e.g. select * from benchmark.persona_dialogues."""
+    try:
+        with connect_readonly(db) as con:
+            df = con.sql(query).pl()
+    except Exception as err:  # noqa: BLE001 - show the DuckDB message, not a traceback
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(1) from None
+    if csv:
+        sys.stdout.write(df.write_csv())
+    else:
+        _print_frame(df)
+
+
+@app.command()
+def views() -> None:
+    """Re-register DuckDB views for every Parquet asset on disk (e.g. after `dvc checkout`)."""
+    names = rebuild_views()
+    console.print(f"{len(names)} views in {WAREHOUSE}: {', '.join(names)}")
+
+
+@app.command()
+def materialize(group: str, params: str = typer.Option("params.yaml", help="params file")) -> None:
+    """Materialize one asset group with Dagster, recording the run in the project's DAGSTER_HOME (used by dvc.yaml)."""
+    env = dict(os.environ)
+    home = Path(env.get("DAGSTER_HOME") or ".dagster").resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    env |= {"DAGSTER_HOME": str(home), "CLARIFY_PARAMS": params}
+    try:
+        load_params(params)
+    except ParamsError as err:
+        console.print(f"[red]{err}[/red]")
+        raise typer.Exit(2) from None
+    cmd = [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "dagster_project.definitions",
+           "--select", f"group:{group}"]
+    raise typer.Exit(subprocess.call(cmd, env=env))
+
+
+@app.command()
+def summary() -> None:
+    """Rows per asset, the accuracy table, and where the warehouse and report are."""
+    if not Path(WAREHOUSE).exists():
+        console.print(f"[red]{WAREHOUSE} not found: run `make demo` first[/red]")
+        raise typer.Exit(1)
+    with connect_readonly() as con:
+        rows = con.sql("select schema_name || '.' || view_name as asset from duckdb_views() "
+                       "where not internal order by 1").pl()["asset"].to_list()
+        t = Table(title="rows per asset")
+        t.add_column("asset")
+        t.add_column("rows", justify="right")
+        for name in rows:
+            try:
+                t.add_row(name, str(con.sql(f"select count(*) from {name}").fetchone()[0]))
+            except Exception as err:  # noqa: BLE001 - a view whose parquet is gone
+                t.add_row(name, f"[red]unreadable: {type(err).__name__}[/red]")
+        console.print(t)
+        if "evaluation.metric_tables" in rows:
+            console.print("[bold]accuracy (shares of evaluated turns)[/bold]")
+            _print_frame(con.sql(
+                "select subject, method, coalesce(persona, '(all)') as persona, n, accuracy, "
+                "under_clarification, over_clarification, invalid from evaluation.metric_tables "
+                "where breakdown in ('overall', 'by_persona') order by subject, method, breakdown desc, persona").pl())
+    console.print(f"warehouse: {Path(WAREHOUSE).resolve()}  (try: clarify sql \"select * from evaluation.metric_tables\")")
+    report = Path(ASSETS_DIR) / "evaluation" / "report" / "report.html"
+    if report.exists():
+        console.print(f"report:    {report.resolve()}")
+
+
+@app.command()
+def doctor(params: str = typer.Option("params.yaml", help="params file")) -> None:
+    """Validate params, show each role's backend, and the LLM cache totals."""
+    try:
+        p = load_params(params)
+    except ParamsError as err:
+        console.print(f"[red]{err}[/red]")
+        raise typer.Exit(2) from None
+    console.print(f"[green]{params} is valid[/green]")
+    t = Table(title="roles")
+    for c in ("role", "backend", "model", "api key"):
+        t.add_column(c)
+    for name, cfg in [*p.llm.roles.items(), *((f"subject:{k}", v) for k, v in p.llm.subjects.items())]:
+        key = "-" if not cfg.api_key_env else (f"{cfg.api_key_env} set" if os.environ.get(cfg.api_key_env)
+                                               else f"[red]{cfg.api_key_env} missing[/red]")
+        t.add_row(name, cfg.backend, cfg.model, key)
+    console.print(t)
+    from dagster_project.resources.llm_cache import LLMCache
+
+    cache = LLMCache(p.llm.cache_path)
+    s = cache.stats()
+    console.print(f"LLM cache {p.llm.cache_path}: {s['entries']} replies, {s['tokens_in']} tokens in, "
+                  f"{s['tokens_out']} tokens out")
+    for model, n, tin, tout in cache.by_model():
+        console.print(f"  {model}: {n} replies, {tin} in / {tout} out")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,27 @@
+"""The one Definitions object: assets, asset checks, resources and jobs of clarify-pipeline."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from dagster_project.defs import benchmark, evaluation
+from dagster_project.defs.checks import build_checks
+from dagster_project.resources.embedder import EmbedderResource
+from dagster_project.resources.llm import LLMResource
+from dagster_project.resources.params import ParamsResource, default_params_path
+from dagster_project.resources.warehouse import WarehouseIOManager
+
+_params = default_params_path()
+
+defs = dg.Definitions(
+    assets=dg.load_assets_from_modules([benchmark, evaluation]),
+    asset_checks=build_checks(),
+    resources={
+        "io_manager": WarehouseIOManager(),
+        "params": ParamsResource(path=_params),
+        "llm": LLMResource(params_path=_params),
+        "embedder": EmbedderResource(),
+    },
+    # One process: the embedded model is loaded once per run, not once per step.
+    executor=dg.in_process_executor,
+)

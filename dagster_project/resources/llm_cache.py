@@ -1,0 +1,76 @@
+"""Content-addressed LLM response cache in SQLite (WAL): safe for concurrent processes, survives kills."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    key TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    text TEXT NOT NULL,
+    tokens_in INTEGER NOT NULL,
+    tokens_out INTEGER NOT NULL,
+    created REAL NOT NULL
+)
+"""
+
+
+class LLMCache:
+    """One row per (request, sample index) key. Only successful replies are stored; errors are retried."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        with self._conn() as con:
+            con.execute(_SCHEMA)
+
+    def _conn(self) -> sqlite3.Connection:
+        con = getattr(self._local, "con", None)
+        if con is None:
+            con = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            con.execute("PRAGMA journal_mode=WAL")
+            con.execute("PRAGMA synchronous=NORMAL")
+            con.execute("PRAGMA busy_timeout=60000")
+            self._local.con = con
+        return con
+
+    def get_many(self, keys: list[str]) -> dict[str, tuple[str, int, int]]:
+        """key -> (text, tokens_in, tokens_out) for the keys that are cached."""
+        out: dict[str, tuple[str, int, int]] = {}
+        con = self._conn()
+        for start in range(0, len(keys), 500):
+            chunk = keys[start:start + 500]
+            q = f"SELECT key, text, tokens_in, tokens_out FROM responses WHERE key IN ({','.join('?' * len(chunk))})"
+            for key, text, tin, tout in con.execute(q, chunk):
+                out[key] = (text, tin, tout)
+        return out
+
+    def put_many(self, rows: list[tuple[str, str, str, int, int]]) -> None:
+        """Insert (key, model, text, tokens_in, tokens_out) rows in one transaction."""
+        if not rows:
+            return
+        con = self._conn()
+        now = time.time()
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            con.executemany("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
+                            [(*r, now) for r in rows])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
+    def stats(self) -> dict[str, int]:
+        n, tin, tout = self._conn().execute(
+            "SELECT count(*), coalesce(sum(tokens_in),0), coalesce(sum(tokens_out),0) FROM responses").fetchone()
+        return {"entries": n, "tokens_in": tin, "tokens_out": tout}
+
+    def by_model(self) -> list[tuple[str, int, int, int]]:
+        return self._conn().execute(
+            "SELECT model, count(*), sum(tokens_in), sum(tokens_out) FROM responses GROUP BY 1 ORDER BY 2 DESC"
+        ).fetchall()

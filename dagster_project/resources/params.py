@@ -1,0 +1,20 @@
+"""params.yaml as a Dagster resource: validated once per run, with errors that name the bad key."""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+
+from dagster_project.core.config import Params, load_params
+
+
+def default_params_path() -> str:
+    return os.environ.get("CLARIFY_PARAMS", "params.yaml")
+
+
+class ParamsResource(dg.ConfigurableResource):
+    path: str = "params.yaml"
+
+    def load(self) -> Params:
+        return load_params(self.path)

@@ -1,0 +1,192 @@
+"""Exact + semantic dedup (ClarifyMT-Bench §4.1, Eqs. 5-7) with hand-made vectors instead of a model."""
+
+import math
+
+import numpy as np
+import pytest
+
+from dagster_project.core.dedup import normalise, semantic_dedup, similar_pairs
+
+
+def fake_embed(vectors: dict[str, list[float]], calls: list | None = None):
+    def embed(texts: list[str]) -> np.ndarray:
+        if calls is not None:
+            calls.append(list(texts))
+        return np.array([vectors[t] for t in texts], dtype=float)
+    return embed
+
+
+def unit(deg: float) -> list[float]:
+    r = math.radians(deg)
+    return [math.cos(r), math.sin(r)]
+
+
+def rows(result):
+    return result.table.to_dicts()
+
+
+def test_normalise():
+    assert normalise("  What's   the BASS?! ") == "what s the bass"
+    assert normalise("what's the bass") == normalise("WHAT'S THE BASS???")
+
+
+def test_table_columns():
+    res = semantic_dedup(["a", "b"], [1, 1], fake_embed({"a": [1, 0], "b": [0, 1]}))
+    assert res.table.columns == ["row", "cluster", "kept", "duplicate_of", "similarity", "dedup_reason"]
+
+
+def test_cluster_keeps_highest_quality_not_first():
+    # cos(a, b) = 0.9 / sqrt(0.82) = 0.99388 > 0.7; c is orthogonal to a and nearly so to b.
+    vecs = {"a": [1, 0], "b": [0.9, 0.1], "c": [0, 1]}
+    res = semantic_dedup(["a", "b", "c"], [2.0, 5.0, 1.0], fake_embed(vecs), tau=0.7)
+    t = rows(res)
+    assert [r["kept"] for r in t] == [False, True, True]
+    assert t[0]["duplicate_of"] == 1 and t[0]["dedup_reason"] == "semantic"
+    assert t[0]["cluster"] == 1
+    assert t[0]["similarity"] == pytest.approx(0.9 / math.sqrt(0.82), abs=1e-5)
+    assert t[1]["duplicate_of"] == -1 and t[1]["dedup_reason"] is None and math.isnan(t[1]["similarity"])
+    assert t[2]["duplicate_of"] == -1
+    assert res.summary() == {"dedup_input": 3, "dedup_kept": 2, "dedup_removed": 1, "dedup_clusters": 2}
+
+
+def test_tie_keeps_earliest():
+    vecs = {"a": [1, 0], "b": [0.9, 0.1], "c": [0.95, 0.05]}
+    res = semantic_dedup(["a", "b", "c"], [3, 3, 3], fake_embed(vecs))
+    assert res.table["kept"].to_list() == [True, False, False]
+    assert res.table["duplicate_of"].to_list() == [-1, 0, 0]
+    # a tie among the best of a cluster: the earliest of the best wins
+    res = semantic_dedup(["a", "b", "c"], [1, 4, 4], fake_embed(vecs))
+    assert res.table["kept"].to_list() == [False, True, False]
+    assert res.table["duplicate_of"].to_list() == [1, -1, 1]
+
+
+def test_nan_quality_never_beats_a_score():
+    vecs = {"a": [1, 0], "b": [0.9, 0.1]}
+    res = semantic_dedup(["a", "b"], [float("nan"), 1.0], fake_embed(vecs))
+    assert res.table["kept"].to_list() == [False, True]
+
+
+def test_exact_duplicates_removed_with_reason_exact():
+    texts = ["What is bass?", "what   is BASS", "Other thing.", "WHAT IS BASS!!"]
+    calls: list = []
+    vecs = {"what   is BASS": [1, 0], "Other thing.": [0, 1]}
+    res = semantic_dedup(texts, [1, 5, 2, 5], fake_embed(vecs, calls))
+    t = rows(res)
+    # best quality among the three exact copies is 5 (rows 1 and 3) -> earliest of those, row 1
+    assert [r["kept"] for r in t] == [False, True, True, False]
+    assert [r["duplicate_of"] for r in t] == [1, -1, -1, 1]
+    assert [r["dedup_reason"] for r in t] == ["exact", None, None, "exact"]
+    assert t[0]["similarity"] == 1.0 and t[3]["similarity"] == 1.0
+    # only one text per exact group is embedded
+    assert calls == [["what   is BASS", "Other thing."]]
+    assert res.summary() == {"dedup_input": 4, "dedup_kept": 2, "dedup_removed": 2, "dedup_clusters": 2}
+
+
+def test_all_exact_duplicates_need_no_embedding():
+    def boom(texts):
+        raise AssertionError("embed must not be called for a single unique text")
+    res = semantic_dedup(["Hi there", "hi, there!", "HI THERE"], [1, 1, 2], boom)
+    assert res.table["kept"].to_list() == [False, False, True]
+    assert res.table["dedup_reason"].to_list() == ["exact", "exact", None]
+    assert res.summary()["dedup_kept"] == 1
+
+
+def test_pair_split_across_blocks_is_found():
+    # rows 0 and 3 are near-identical; with block=2 they sit in different blocks
+    vecs = {"r0": [1, 0, 0], "r1": [0, 1, 0], "r2": [0, 0, 1], "r3": [1, 0.1, 0]}
+    texts = ["r0", "r1", "r2", "r3"]
+    res = semantic_dedup(texts, [1, 1, 1, 2], fake_embed(vecs), tau=0.7, block=2)
+    assert res.table["kept"].to_list() == [False, True, True, True]
+    assert res.table["duplicate_of"].to_list() == [3, -1, -1, -1]
+    assert res.table["similarity"][0] == pytest.approx(1 / math.sqrt(1.01), abs=1e-5)
+    big = semantic_dedup(texts, [1, 1, 1, 2], fake_embed(vecs), tau=0.7, block=2048)
+    assert big.table.equals(res.table)
+    one = semantic_dedup(texts, [1, 1, 1, 2], fake_embed(vecs), tau=0.7, block=1)
+    assert one.table.equals(res.table)
+
+
+def test_transitive_chain_is_one_cluster():
+    # 0 deg ~ 40 deg (cos 0.766) ~ 80 deg (cos 0.766) but 0 deg vs 80 deg is cos 0.174 < tau
+    vecs = {"a": unit(0), "b": unit(40), "c": unit(80), "d": unit(180)}
+    res = semantic_dedup(["a", "b", "c", "d"], [1, 1, 9, 1], fake_embed(vecs), tau=0.7)
+    t = rows(res)
+    assert [r["kept"] for r in t] == [False, False, True, True]
+    assert [r["duplicate_of"] for r in t] == [2, 2, -1, -1]
+    assert [r["cluster"] for r in t] == [2, 2, 2, 3]
+    assert [r["dedup_reason"] for r in t] == ["semantic", "semantic", None, None]
+    # similarity is to the representative, which may be below tau for chain members
+    assert t[0]["similarity"] == pytest.approx(math.cos(math.radians(80)), abs=1e-5)
+    assert t[1]["similarity"] == pytest.approx(math.cos(math.radians(40)), abs=1e-5)
+    assert res.summary() == {"dedup_input": 4, "dedup_kept": 2, "dedup_removed": 2, "dedup_clusters": 2}
+
+
+def test_nothing_above_tau_keeps_all():
+    vecs = {"a": unit(0), "b": unit(50), "c": unit(100)}  # neighbours at cos 0.643 < 0.7
+    res = semantic_dedup(["a", "b", "c"], [1, 2, 3], fake_embed(vecs), tau=0.7)
+    assert res.table["kept"].to_list() == [True, True, True]
+    assert res.table["duplicate_of"].to_list() == [-1, -1, -1]
+    assert res.table["dedup_reason"].null_count() == 3
+    assert res.summary() == {"dedup_input": 3, "dedup_kept": 3, "dedup_removed": 0, "dedup_clusters": 3}
+    # lowering tau below 0.643 merges the chain a-b-c into one cluster kept at c (quality 3)
+    low = semantic_dedup(["a", "b", "c"], [1, 2, 3], fake_embed(vecs), tau=0.6)
+    assert low.table["duplicate_of"].to_list() == [2, 2, -1]
+
+
+def test_duplicate_of_always_points_at_a_kept_row_and_counts_reconcile():
+    texts = ["a", "A!", "b", "c", "d", "e", "E", "f"]
+    vecs = {"A!": unit(0), "b": unit(5), "c": unit(90), "d": unit(92), "e": unit(180), "f": unit(270)}
+    quality = [1, 2, 3, 1, 1, 1, 1, 0]  # "A!" (q 2) represents the exact group {a, A!}
+    res = semantic_dedup(texts, quality, fake_embed(vecs), tau=0.7, block=3)
+    t = res.table
+    kept = set(t.filter(t["kept"])["row"].to_list())
+    for r in t.filter(~t["kept"]).to_dicts():
+        assert r["duplicate_of"] in kept
+        assert r["cluster"] == r["duplicate_of"]
+        assert r["dedup_reason"] in ("exact", "semantic")
+    # clusters: {a, A!, b} -> b (q 3); {c, d} -> c (tie, earliest); {e, E} -> e; {f}
+    assert t["duplicate_of"].to_list() == [2, 2, -1, -1, 3, -1, 5, -1]
+    # "a" was first merged exactly into "A!", but its final representative "b" is different text: semantic,
+    # with the similarity of its exact group to "b" (cos 5 degrees), not 1.0
+    assert t["dedup_reason"].to_list() == ["semantic", "semantic", None, None, "semantic", None, "exact", None]
+    assert t["similarity"][0] == pytest.approx(float(np.cos(np.radians(5))), abs=1e-6)
+    assert t["similarity"][6] == pytest.approx(1.0)
+    s = res.summary()
+    assert s["dedup_kept"] + s["dedup_removed"] == s["dedup_input"] == len(texts)
+    assert s == {"dedup_input": 8, "dedup_kept": 4, "dedup_removed": 4, "dedup_clusters": 4}
+
+
+def test_empty_input():
+    res = semantic_dedup([], [], fake_embed({}))
+    assert res.table.height == 0
+    assert res.summary()["dedup_kept"] == 0
+
+
+# ---------------------------------------------------------------- similar_pairs
+
+def as_set(i, j):
+    return set(zip(i.tolist(), j.tolist()))
+
+
+def test_similar_pairs_upper_triangle_only():
+    v = np.array([[1, 0], [2, 0], [0, 1], [0, 3], [1, 0.05]], dtype=float)
+    for block in (1, 2, 3, 100):
+        i, j, s = similar_pairs(v, tau=0.7, block=block)
+        assert as_set(i, j) == {(0, 1), (0, 4), (1, 4), (2, 3)}
+        assert len(i) == 4  # no duplicates, no (j, i), no (i, i)
+        assert all(a < b for a, b in zip(i, j))
+        sims = dict(zip(zip(i.tolist(), j.tolist()), s.tolist()))
+        assert sims[(0, 1)] == pytest.approx(1.0, abs=1e-6)  # cosine, not dot product (which is 2)
+        assert sims[(0, 4)] == pytest.approx(1 / math.sqrt(1.0025), abs=1e-6)
+
+
+def test_similar_pairs_threshold_is_strict_and_zero_vectors_are_safe():
+    v = np.array([[1, 0], [2, 0], [0, 0]], dtype=float)
+    i, j, _ = similar_pairs(v, tau=1.0, block=2)
+    assert len(i) == 0  # cosine exactly 1.0 is not > 1.0
+    i, j, _ = similar_pairs(v, tau=0.5, block=2)
+    assert as_set(i, j) == {(0, 1)}
+
+
+def test_similar_pairs_empty():
+    i, j, s = similar_pairs(np.zeros((0, 3)), tau=0.7, block=4)
+    assert len(i) == len(j) == len(s) == 0

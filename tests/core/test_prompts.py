@@ -1,0 +1,91 @@
+"""Prompt templates: every file renders with what the core code passes; versions are content hashes."""
+
+import re
+from importlib import resources
+
+import pytest
+
+from dagster_project.core.prompts import Prompt, load_prompt
+
+# The placeholders each template is rendered with by core/ (benchmark.py, simulation.py, agent/base.py).
+SIM = dict(query="Q?", clarifying_question="CQ?", missing_info="city, date", persona_name="Precise",
+           behaviour="Gives exactly the missing details.")
+VALUES = {
+    "generate_single_turn": dict(subtype_name="lexical", definition="DEF.", example="EX?",
+                                 example_clarification="EXC?", topic_hint="travel"),
+    "rate_single_turn": dict(subtype_name="Lexical", query="Q?", definition="DEF.", clarifying_question="CQ?"),
+    "simulate_two_turn": SIM,
+    "simulate_three_turn": SIM,
+    "evaluate_base": dict(message="What is bass?"),
+}
+
+
+def prompt_names():
+    return sorted(p.name[:-4] for p in resources.files("dagster_project.core.prompts").iterdir()
+                  if p.name.endswith(".txt"))
+
+
+def test_every_template_is_known():
+    assert prompt_names() == sorted(VALUES)
+
+
+@pytest.mark.parametrize("name", prompt_names())
+def test_template_renders_with_core_placeholders(name):
+    p = load_prompt(name)
+    assert p.name == name
+    assert p.system.strip() and p.user.strip()
+    assert "###" not in p.system and "###" not in p.user
+    msgs = p.messages(**VALUES[name])
+    assert [m["role"] for m in msgs] == ["system", "user"]
+    for m in msgs:
+        assert not re.search(r"\$\w", m["content"]), m["content"]  # nothing left unsubstituted
+    # every value passed actually appears in the rendered text (no unused placeholder)
+    text = "\n".join(m["content"] for m in msgs)
+    for v in VALUES[name].values():
+        assert v in text
+
+
+@pytest.mark.parametrize("name", prompt_names())
+def test_missing_placeholder_raises_key_error(name):
+    values = dict(VALUES[name])
+    dropped = sorted(values)[0]
+    del values[dropped]
+    with pytest.raises(KeyError, match=dropped):
+        load_prompt(name).messages(**values)
+
+
+def test_evaluate_base_mentions_protocol():
+    p = load_prompt("evaluate_base")
+    assert '"The answer is"' in p.system and '"The clarifying question is"' in p.system
+
+
+def test_version_is_content_hash():
+    a = Prompt("x", "sys", "user $q")
+    assert a.version.startswith("x@") and len(a.version) == len("x@") + 12
+    assert Prompt("x", "sys", "user $q").version == a.version
+    assert Prompt("x", "sys", "user  $q").version != a.version
+    assert Prompt("x", "sys!", "user $q").version != a.version
+    assert Prompt("y", "sys", "user $q").version != a.version
+    # the boundary between system and user is part of the hash
+    assert Prompt("x", "ab", "c").version != Prompt("x", "a", "bc").version
+
+
+def test_loaded_version_stable():
+    assert load_prompt("evaluate_base").version == load_prompt("evaluate_base").version
+    p = load_prompt("evaluate_base")
+    assert Prompt(p.name, p.system, p.user).version == p.version
+
+
+def test_empty_system_gives_user_only():
+    msgs = Prompt("x", "  \n", "Hello $who ").messages(who="you")
+    assert msgs == [{"role": "user", "content": "Hello you"}]
+
+
+def test_dollar_in_values_is_not_reinterpreted():
+    msgs = Prompt("x", "S", "Q: $q").messages(q="costs $5 or ${x}")
+    assert msgs[1]["content"] == "Q: costs $5 or ${x}"
+
+
+def test_unknown_prompt_raises():
+    with pytest.raises(FileNotFoundError):
+        load_prompt("no_such_prompt")
