@@ -36,7 +36,7 @@ def predictions(context: dg.AssetExecutionContext, params: ParamsResource, llm: 
             parsed = parse_predictions(results)
             done = pl.concat([usable.select(keep), parsed], how="horizontal").with_columns(
                 prompt_version=pl.lit(reqs[0].prompt_version if reqs else None, pl.Utf8))
-            lost = skipped.select(keep).with_columns(
+            lost = skipped.select(*keep, "status").with_columns(
                 action=pl.lit("invalid"), status=pl.lit("input_error"),
                 error=pl.format("dialogue turn not usable: {}", pl.col("status")))
             frames.append(pl.concat([done, lost], how="diagonal_relaxed").with_columns(
