@@ -282,7 +282,10 @@ class LLMClient:
         for start in range(0, len(pending), step):
             chunk = pending[start:start + step]
             t = time.monotonic()
-            outs = backend.generate([job for _, job in chunk])
+            try:
+                outs = backend.generate([job for _, job in chunk])
+            except Exception as err:  # noqa: BLE001 - backends should not raise; if one does, fail the chunk's rows
+                outs = [JobOutput(error=_short_error(err)) for _ in chunk]
             per = (time.monotonic() - t) / max(len(chunk), 1)
             rows = []
             for (i, job), out in zip(chunk, outs):

@@ -1,0 +1,58 @@
+"""Small helpers shared by the benchmarks: a timer, a result container, number formatting."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+@contextmanager
+def timer() -> Iterator[list[float]]:
+    """with timer() as t: ...  -> t[0] is the elapsed wall time in seconds (perf_counter)."""
+    box = [0.0]
+    t0 = time.perf_counter()
+    try:
+        yield box
+    finally:
+        box[0] = time.perf_counter() - t0
+
+
+@dataclass
+class BenchResult:
+    """metrics: flat name -> number (goes to JSON); lines: (label, value, note) rows for the printed table."""
+
+    name: str
+    metrics: dict[str, float | int | str] = field(default_factory=dict)
+    lines: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def add(self, key: str, value: float | int | str, label: str, unit: str = "", note: str = "") -> None:
+        if isinstance(value, float):
+            value = round(value, 6) if abs(value) < 1e6 else round(value, 1)
+        self.metrics[key] = value
+        text = value if isinstance(value, str) else fmt_num(value)
+        self.lines.append((label, f"{text} {unit}".rstrip(), note))
+
+
+def fmt_num(x: float | int) -> str:
+    """12,345 for big numbers, 3 significant digits for small ones."""
+    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) >= 1000):
+        return f"{int(x):,}"
+    if x != x or x in (float("inf"), float("-inf")):
+        return str(x)
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    if abs(x) >= 100:
+        return f"{x:.1f}"
+    return f"{x:.3g}"
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else float("inf")
+
+
+def say(msg: str) -> None:
+    import sys
+
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)

@@ -1,0 +1,170 @@
+"""Asset logic of the benchmark and evaluation groups with a scripted LLM and a fake embedder."""
+
+import json
+
+import dagster as dg
+import duckdb
+import numpy as np
+import polars as pl
+import pytest
+import yaml
+from fakes import ScriptedBackend, schema_responder
+
+from dagster_project.core.config import load_params
+from dagster_project.definitions import defs
+from dagster_project.defs import benchmark, evaluation
+from dagster_project.defs.checks import build_checks
+from dagster_project.resources.llm import LLMClient, LLMResource
+from dagster_project.resources.params import ParamsResource
+from dagster_project.resources.warehouse import WarehouseIOManager
+
+SCRIPTED: dict[str, ScriptedBackend] = {}
+
+
+class ScriptedLLM(LLMResource):
+    """LLMResource whose every backend is the scripted one in SCRIPTED['backend']."""
+
+    def setup_for_execution(self, context) -> None:
+        self._client = LLMClient(load_params(self.params_path).llm,
+                                 backends={"llamacpp": lambda cfg: SCRIPTED["backend"]})
+
+
+class OrthogonalEmbedder(dg.ConfigurableResource):
+    """Each distinct text gets its own axis, except texts containing 'twin', which share one."""
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), len(texts) + 1), dtype=np.float32)
+        for i, t in enumerate(texts):
+            out[i, -1 if "twin" in t else i] = 1.0
+        return out
+
+
+def _params(tmp_path, **benchmark_overrides) -> str:
+    data = {
+        "llm": {"cache_path": str(tmp_path / "cache.sqlite")},
+        "benchmark": {"n_per_subtype": 2, "subtypes": ["lexical", "scope"], **benchmark_overrides},
+        "quality": {"max_error_rate": 0.2},
+    }
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def _run(tmp_path, monkeypatch, responder=schema_responder, fail=None, **overrides):
+    monkeypatch.chdir(tmp_path)
+    SCRIPTED["backend"] = ScriptedBackend(responder, fail)
+    params = _params(tmp_path, **overrides)
+    assets = dg.load_assets_from_modules([benchmark, evaluation])
+    return dg.materialize(
+        [*assets, *build_checks()],
+        resources={"io_manager": WarehouseIOManager(), "params": ParamsResource(path=params),
+                   "llm": ScriptedLLM(params_path=params), "embedder": OrthogonalEmbedder()},
+        raise_on_error=False,
+    )
+
+
+def test_definitions_load():
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert {"benchmark/taxonomy", "benchmark/single_turn_queries", "benchmark/persona_dialogues",
+            "evaluation/predictions", "evaluation/metric_tables", "evaluation/report"} <= keys
+    assert {graph.get(k).group_name for k in graph.get_all_asset_keys()} == {"benchmark", "evaluation"}
+    assert len(build_checks()) >= 4
+
+
+def test_whole_graph_with_scripted_llm(tmp_path, monkeypatch):
+    result = _run(tmp_path, monkeypatch)
+    assert result.success
+    checks = result.get_asset_check_evaluations()
+    assert checks and all(c.passed for c in checks), [(c.check_name, c.metadata) for c in checks if not c.passed]
+
+    q = pl.read_parquet(tmp_path / "assets/benchmark/single_turn_queries.parquet")
+    assert q.height == 4 and q["kept"].all() and (q["status"] == "ok").all()
+    assert q["quality"].to_list() == [4, 4, 4, 4]
+    d = pl.read_parquet(tmp_path / "assets/benchmark/persona_dialogues.parquet")
+    # 4 queries x (2 personas x 2 turns + 4 personas x 3 turns)
+    assert d.height == 4 * 16
+    p = pl.read_parquet(tmp_path / "assets/evaluation/predictions.parquet")
+    assert p.height == d.height and set(p["status"]) == {"ok"}
+    # the scripted subject clarifies on turn 1 and answers later: it misses only turn 2 of 3-turn dialogues
+    m = pl.read_parquet(tmp_path / "assets/evaluation/metric_tables.parquet")
+    overall = m.filter(pl.col("breakdown") == "overall").row(0, named=True)
+    assert overall["n"] == 64
+    assert overall["accuracy"] == pytest.approx(48 / 64)
+    assert overall["under_clarification"] == pytest.approx(16 / 64)
+    by_turn = {r["turn"]: r["accuracy"] for r in m.filter(pl.col("breakdown") == "by_turn").to_dicts()}
+    assert by_turn == {1: 1.0, 2: pytest.approx(8 / 24), 3: 1.0}
+    assert (tmp_path / "assets/evaluation/report/report.html").exists()
+    with duckdb.connect(str(tmp_path / "assets/warehouse.duckdb"), read_only=True) as con:
+        n = con.execute("select count(*) from benchmark.persona_dialogues").fetchone()[0]
+    assert n == 64
+
+
+def test_dedup_keeps_best_and_records_the_rest(tmp_path, monkeypatch):
+    """Lexical and scope queries are near-duplicates; the judge rates scope higher, so scope is kept."""
+
+    def responder(job, idx):
+        text = schema_responder(job, idx)
+        props = (job.json_schema or {}).get("properties", {})
+        prompt = job.messages[-1]["content"]
+        if "query" in props and ("lexical" in prompt or "scope" in prompt):
+            reply = json.loads(text)
+            reply["query"] = "a twin request?" if "lexical" in prompt else "twin request, please"
+            return json.dumps(reply)
+        if "score" in props:
+            return json.dumps({"score": 5 if "Ambiguity type: Scope" in prompt else 2, "reason": "r"})
+        return text
+
+    result = _run(tmp_path, monkeypatch, responder, n_per_subtype=1, subtypes=["lexical", "scope", "value"])
+    assert result.success
+    q = pl.read_parquet(tmp_path / "assets/benchmark/single_turn_queries.parquet").sort("query_id")
+    rows = {r["query_id"]: r for r in q.to_dicts()}
+    assert rows["scope-000"]["kept"] and rows["value-000"]["kept"]
+    lex = rows["lexical-000"]
+    assert not lex["kept"] and lex["duplicate_of"] == "scope-000" and lex["dedup_reason"] == "semantic"
+    # only kept queries become dialogues
+    d = pl.read_parquet(tmp_path / "assets/benchmark/persona_dialogues.parquet")
+    assert set(d["query_id"]) == {"scope-000", "value-000"}
+
+
+def test_failures_become_rows_not_crashes(tmp_path, monkeypatch):
+    """Broken JSON and LLM errors are rows with a status; downstream turns of a failed dialogue are kept."""
+
+    def responder(job, idx):
+        if "reply_1" in (job.json_schema or {}).get("properties", {}):
+            return "{not json"
+        return schema_responder(job, idx)
+
+    def fail(job):
+        return "RuntimeError: boom" if "refusal" in json.dumps(job.messages).lower() else None
+
+    result = _run(tmp_path, monkeypatch, responder, fail)
+    d = pl.read_parquet(tmp_path / "assets/benchmark/persona_dialogues.parquet")
+    assert d.height == 64  # nothing dropped
+    later = d.filter(pl.col("turn") > 1)
+    by_persona = dict(later.group_by("persona").agg(pl.col("status").unique().sort()).iter_rows())
+    assert by_persona["precise"] == ["ok"]
+    assert by_persona["refusal"] == ["llm_error"]
+    assert by_persona["off_focus"] == ["parse_error"]
+    assert (d.filter(pl.col("turn") == 1)["status"] == "ok").all()
+    p = pl.read_parquet(tmp_path / "assets/evaluation/predictions.parquet")
+    assert p.height == 64
+    assert p.filter(pl.col("status") == "input_error").height == later.filter(pl.col("status") != "ok").height
+    # 4 refusal simulations failed: llm_error rows are 4/64 of dialogue turns, within max_error_rate 0.2
+    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+    assert checks["gx_persona_dialogues"] is True
+
+
+def test_backend_exception_fails_rows_not_the_run(tmp_path, monkeypatch):
+    """A backend that raises (instead of returning errors) still yields llm_error rows."""
+
+    def responder(job, idx):
+        if "score" in (job.json_schema or {}).get("properties", {}):
+            raise ConnectionError("judge endpoint down")
+        return schema_responder(job, idx)
+
+    result = _run(tmp_path, monkeypatch, responder)
+    q = pl.read_parquet(tmp_path / "assets/benchmark/single_turn_queries.parquet")
+    assert q["quality"].is_null().all()
+    assert set(q["quality_status"]) == {"llm_error"}
+    assert result.success

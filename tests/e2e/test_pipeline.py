@@ -1,0 +1,57 @@
+"""End to end on the real embedded model at tiny size: DVC stages -> Dagster -> Parquet + DuckDB -> CLI."""
+
+import subprocess
+
+import duckdb
+import polars as pl
+import pytest
+
+from project_support import BIN, run
+
+pytestmark = pytest.mark.e2e
+
+
+def test_dvc_repro_builds_both_groups_then_skips_and_sweeps(project):
+    out = run([str(BIN / "dvc"), "repro"], project).stdout
+    assert "Running stage 'benchmark'" in out and "Running stage 'evaluation'" in out
+
+    q = pl.read_parquet(project / "assets/benchmark/single_turn_queries.parquet")
+    assert q.height == 1 and set(q["subtype"]) == {"lexical"}
+    assert set(q["status"]) <= {"ok", "parse_error", "llm_error"}
+    d = pl.read_parquet(project / "assets/benchmark/persona_dialogues.parquet")
+    kept = int(q["kept"].sum())
+    assert d.height == kept * (2 + 3)  # precise: 2 turns, off_focus: 3 turns
+    p = pl.read_parquet(project / "assets/evaluation/predictions.parquet")
+    assert p.height == d.height
+    assert set(p["action"]) <= {"clarify", "answer", "invalid"}
+    assert p["raw_output"].null_count() == p.filter(~pl.col("status").is_in(["ok", "parse_error"])).height
+
+    with duckdb.connect(str(project / "assets/warehouse.duckdb"), read_only=True) as con:
+        views = {r[0] for r in con.execute(
+            "select schema_name || '.' || view_name from duckdb_views() where not internal").fetchall()}
+        assert {"benchmark.single_turn_queries", "benchmark.persona_dialogues", "evaluation.predictions",
+                "evaluation.metric_tables"} <= views
+        tables = con.execute("select breakdown, count(*) from evaluation.metric_tables group by 1").fetchall()
+    assert {b for b, _ in tables} == {"overall", "by_turn", "by_persona", "by_subtype", "by_subtype_turn"}
+    assert (project / "assets/evaluation/report/report.html").exists()
+
+    sql = run([str(BIN / "clarify"), "sql", "--csv",
+               "select persona, count(*) as n from benchmark.persona_dialogues group by 1 order by 1"], project)
+    assert sql.stdout.splitlines()[0] == "persona,n"
+
+    again = run([str(BIN / "dvc"), "repro"], project).stdout
+    assert "Running stage" not in again  # nothing changed: DVC skips both stages
+
+    # a param sweep re-runs only the stage that reads it (the LLM cache serves everything else)
+    exp = run([str(BIN / "dvc"), "exp", "run", "-S", "evaluation.subject_max_tokens=24"], project).stdout
+    assert "Running stage 'evaluation'" in exp and "Running stage 'benchmark'" not in exp
+
+
+def test_bad_params_fail_with_the_key_named(project):
+    (project / "params.yaml").write_text((project / "params.yaml").read_text().replace(
+        "n_per_subtype:", "n_per_subtyp:"))
+    proc = subprocess.run([str(BIN / "clarify"), "materialize", "benchmark"], cwd=project,
+                                        capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "benchmark.n_per_subtyp" in proc.stdout + proc.stderr
+    assert not (project / "assets").exists()

@@ -1,0 +1,46 @@
+"""Helpers for end-to-end tests: a throwaway checkout of the project and a subprocess runner."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+TINY = {
+    "llm": {"cache_path": ".cache/llm_cache.sqlite"},
+    "benchmark": {"n_per_subtype": 1, "subtypes": ["lexical"], "personas": ["precise", "off_focus"]},
+    "evaluation": {"subject_max_tokens": 32},
+}
+
+
+def make_project(tmp_path: Path) -> Path:
+    """A throwaway git + DVC checkout of the project with tiny params (real code, real embedded model)."""
+    for name in ("dagster_project", "expectations"):
+        shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("dvc.yaml", ".dvcignore"):
+        shutil.copy(REPO / name, tmp_path / name)
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    for section, values in TINY.items():
+        params.setdefault(section, {}).update(values)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    (tmp_path / ".gitignore").write_text("/assets/\n.cache/\n.dagster/\n")
+    run(["git", "init", "-q"], tmp_path)
+    run([str(BIN / "dvc"), "init", "-q"], tmp_path)
+    run(["git", "add", "-A"], tmp_path)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"], tmp_path)
+    return tmp_path
+
+
+def run(cmd: list[str], cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(Path.home()), "DVC_NO_ANALYTICS": "1",
+           "GX_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1", "DAGSTER_HOME": str(cwd / ".dagster")}
+    (cwd / ".dagster").mkdir(exist_ok=True)
+    (cwd / ".dagster" / "dagster.yaml").touch()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc

@@ -1,0 +1,141 @@
+"""GX suites as asset checks (defs/checks.py): loading, validating frames, ${params} references."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from dagster_project.core.config import parse_params
+from dagster_project.defs.checks import SUITES_DIR, load_suite, load_suites, validate_frame
+
+PARAMS = parse_params({})
+
+
+@pytest.fixture(scope="module")
+def suites():
+    return {f"{s.group}/{s.asset}": s for s in load_suites()}
+
+
+@pytest.fixture(scope="module")
+def dialogues(suites):
+    return suites["benchmark/persona_dialogues"]
+
+
+def _messages(turn: int) -> list[dict[str, str]]:
+    """The dialogue so far at a turn: user, assistant, user, ... (2 * turn - 1 messages)."""
+    msgs = [{"role": "user", "content": "I need help with my order"}]
+    for t in range(1, turn):
+        msgs += [{"role": "assistant", "content": f"clarifying question {t}?"},
+                 {"role": "user", "content": f"reply {t}"}]
+    return msgs
+
+
+def _rows(dialogue_id: str, persona: str, n_turns: int, statuses: list[str] | None = None) -> list[dict]:
+    statuses = statuses or ["ok"] * n_turns
+    return [{"dialogue_id": dialogue_id, "persona": persona, "turn": t, "n_turns": n_turns,
+             "reference_action": "answer" if t == n_turns else "clarify", "status": statuses[t - 1],
+             "messages": _messages(t)} for t in range(1, n_turns + 1)]
+
+
+def frame(rows: list[dict]) -> pl.DataFrame:
+    return pl.DataFrame(rows)
+
+
+def good_rows() -> list[dict]:
+    return _rows("d-precise", "precise", 2) + _rows("d-off", "off_focus", 3)
+
+
+def failed(meta: dict) -> list[str]:
+    return [label for label, result in meta.items() if not result["success"]]
+
+
+def test_every_repo_suite_loads(suites):
+    files = sorted(SUITES_DIR.glob("*.yaml"))
+    assert len(files) >= 4
+    assert len(suites) == len(files)
+    for f in files:
+        group, asset = f.stem.split(".", 1)
+        suite = suites[f"{group}/{asset}"]  # the file name matches the asset it declares
+        assert suite.expectations, f.name
+    assert suites["benchmark/persona_dialogues"].blocking is True
+    assert suites["evaluation/metric_tables"].blocking is False
+
+
+def test_good_dialogue_frame_passes(dialogues):
+    ok, meta = validate_frame(frame(good_rows()), dialogues, PARAMS)
+    assert failed(meta) == []
+    assert ok is True
+    assert len(meta) == len(dialogues.expectations)
+    assert all(label[:2].isdigit() for label in meta)
+
+
+def test_precise_dialogue_with_three_turns_fails_turn_counts(dialogues):
+    rows = _rows("d-precise", "precise", 3) + _rows("d-off", "off_focus", 3)
+    ok, meta = validate_frame(frame(rows), dialogues, PARAMS)
+    assert ok is False
+    assert failed(meta) == ["04 turn counts per persona"]
+
+
+def test_wrong_reference_action_fails_and_is_named(dialogues):
+    rows = good_rows()
+    rows[0]["reference_action"] = "answer"  # precise, turn 1 of 2: must clarify
+    ok, meta = validate_frame(frame(rows), dialogues, PARAMS)
+    assert ok is False
+    assert failed(meta) == ["06 clarify on every turn but the last, answer on the last"]
+    assert meta["06 clarify on every turn but the last, answer on the last"]["unexpected_count"] == 1
+
+
+def test_value_outside_set_and_duplicate_key_are_reported(dialogues):
+    rows = good_rows()
+    rows[1]["reference_action"] = "refuse"
+    rows.append(dict(rows[2]))  # duplicate (dialogue_id, turn)
+    ok, meta = validate_frame(frame(rows), dialogues, PARAMS)
+    assert ok is False
+    names = failed(meta)
+    assert "00 expect_compound_columns_to_be_unique" in names
+    assert "02 expect_column_values_to_be_in_set" in names
+    assert meta["02 expect_column_values_to_be_in_set"]["partial_unexpected_list"] == ["refuse"]
+
+
+def test_error_rate_bound_comes_from_params(dialogues):
+    # 1 llm_error among 5 rows: error rate 0.2
+    rows = _rows("d-precise", "precise", 2) + _rows("d-off", "off_focus", 3, ["ok", "llm_error", "ok"])
+    label = "08 LLM error rate within quality.max_error_rate"
+
+    ok_loose, meta_loose = validate_frame(frame(rows), dialogues, parse_params({"quality": {"max_error_rate": 0.5}}))
+    assert ok_loose is True, failed(meta_loose)
+    assert meta_loose[label]["observed_value"] == pytest.approx(0.2)
+
+    ok_tight, meta_tight = validate_frame(frame(rows), dialogues, parse_params({"quality": {"max_error_rate": 0.1}}))
+    assert ok_tight is False
+    assert failed(meta_tight) == [label]
+
+
+def test_unknown_expectation_type_names_file_and_index(tmp_path):
+    path = tmp_path / "grp.thing.yaml"
+    path.write_text(
+        "asset: grp/thing\n"
+        "expectations:\n"
+        "  - type: expect_column_values_to_not_be_null\n"
+        "    kwargs: {column: id}\n"
+        "  - type: expect_column_values_to_be_wonderful\n"
+        "    kwargs: {column: id}\n"
+    )
+    with pytest.raises(ValueError, match="expect_column_values_to_be_wonderful") as info:
+        load_suite(path)
+    assert str(path) in str(info.value)
+    assert "expectations[1]" in str(info.value)
+
+
+def test_malformed_suite_names_file(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("asset: no_slash_here\nexpectations: []\n")
+    with pytest.raises(ValueError, match="broken.yaml"):
+        load_suite(path)
+    (tmp_path / "good.yaml").write_text(
+        "asset: grp/ok\nblocking: false\nexpectations:\n  - type: expect_column_values_to_be_unique\n"
+        "    kwargs: {column: id}\n")
+    suite = load_suite(tmp_path / "good.yaml")
+    assert (suite.group, suite.asset, suite.blocking) == ("grp", "ok", False)
+    with pytest.raises(ValueError, match="broken.yaml"):
+        load_suites(tmp_path)

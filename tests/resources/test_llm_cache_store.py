@@ -1,0 +1,105 @@
+"""LLMCache (resources/llm_cache.py) and its keys: no secrets in the file, WAL, all-or-nothing batches."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # `tests.fakes` also under plain `pytest`
+
+from dagster_project.core.chat import ChatRequest  # noqa: E402
+from dagster_project.core.config import parse_params  # noqa: E402
+from dagster_project.resources.llm import LLMClient  # noqa: E402
+from dagster_project.resources.llm_cache import LLMCache  # noqa: E402
+from tests.fakes import ScriptedBackend  # noqa: E402
+
+SECRET = "sk-TOPSECRET-5f1e0c9a77d2"
+URL_A = "https://secret-gateway.internal.example:8443/v1"
+URL_B = "http://127.0.0.1:9/other/v1"
+
+
+def _cache_bytes(cache_path: Path) -> bytes:
+    """The database and whatever is still in its WAL / shm files."""
+    return b"".join(p.read_bytes() for p in sorted(cache_path.parent.glob(cache_path.name + "*")))
+
+
+def test_cache_file_holds_no_key_url_and_other_endpoints_hit_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLARIFY_TEST_KEY_A", SECRET)
+    monkeypatch.setenv("CLARIFY_TEST_KEY_B", "sk-another-key-0000")
+    cache_path = tmp_path / "cache" / "llm.sqlite"
+    params = parse_params({"llm": {
+        "cache_path": str(cache_path),
+        "roles": {
+            "default": {"model": "local-small"},
+            "judge": {"backend": "openai", "model": "gpt-test", "base_url": URL_A,
+                      "api_key_env": "CLARIFY_TEST_KEY_A", "timeout_s": 17.0},
+            "reasoner": {"backend": "openai", "model": "gpt-test", "base_url": URL_B,
+                         "api_key_env": "CLARIFY_TEST_KEY_B", "timeout_s": 99.0, "max_retries": 0,
+                         "concurrency": 1},
+            "clarifier": {"backend": "openai", "model": "gpt-other", "base_url": URL_A,
+                          "api_key_env": "CLARIFY_TEST_KEY_A"},
+        },
+    }})
+    backend = ScriptedBackend(lambda job, i: f"reply-to-{job.messages[-1]['content']}-{i}")
+    built = []
+
+    def factory(cfg):
+        built.append(cfg)
+        return backend
+
+    client = LLMClient(params.llm, backends={"openai": factory})
+    requests = [ChatRequest.of([{"role": "user", "content": f"question {i}"}], "p@1", n=2) for i in range(3)]
+    first = client.chat("judge", requests)
+    assert all(r.ok and not r.cached for r in first)
+    assert built[0].api_key_env == "CLARIFY_TEST_KEY_A"  # the secret was reachable by the backend
+
+    data = _cache_bytes(cache_path)
+    assert b"reply-to-question 2-1" in data  # sanity: replies are readable in these bytes
+    assert SECRET.encode() not in data
+    assert URL_A.encode() not in data
+    assert b"secret-gateway" not in data
+    assert b"CLARIFY_TEST_KEY_A" not in data
+
+    # another endpoint, key and timeout serving the same model: every sample is a hit
+    backend.jobs.clear()
+    via_b = client.chat("reasoner", requests)
+    assert backend.jobs == []
+    assert all(r.cached and r.cache_hits == 2 for r in via_b)
+    assert [r.texts for r in via_b] == [r.texts for r in first]
+
+    # ... also for a brand-new client (new process) whose judge role points elsewhere
+    moved = parse_params({"llm": {
+        "cache_path": str(cache_path),
+        "roles": {"default": {"model": "local-small"},
+                  "judge": {"backend": "openai", "model": "gpt-test", "base_url": URL_B, "timeout_s": 1.0}},
+    }})
+    fresh = ScriptedBackend(lambda job, i: "never")
+    again = LLMClient(moved.llm, backends={"openai": lambda cfg: fresh}).chat("judge", requests)
+    assert fresh.jobs == [] and all(r.cached for r in again)
+
+    # negative control: another model behind the same endpoint and key is a miss
+    [other] = client.chat("clarifier", requests[:1])
+    assert not other.cached and len(backend.jobs) == 1
+
+
+def test_journal_mode_is_wal_and_errors_are_not_stored(tmp_path):
+    cache = LLMCache(tmp_path / "deep" / "er" / "c.sqlite")
+    cache.put_many([("k1", "m", "t1", 3, 4)])
+    cache.put_many([])
+    with sqlite3.connect(tmp_path / "deep" / "er" / "c.sqlite") as con:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
+    assert cache.get_many(["k1", "k2"]) == {"k1": ("t1", 3, 4)}
+    assert cache.stats() == {"entries": 1, "tokens_in": 3, "tokens_out": 4}
+    assert cache.by_model() == [("m", 1, 3, 4)]
+
+
+def test_failed_put_many_rolls_back_the_whole_batch(tmp_path):
+    cache = LLMCache(tmp_path / "c.sqlite")
+    with pytest.raises(sqlite3.IntegrityError):
+        cache.put_many([("ok", "m", "t", 1, 1), ("bad", "m", None, 1, 1)])  # text NOT NULL
+    assert cache.get_many(["ok", "bad"]) == {}
+    cache.put_many([("ok", "m", "t", 1, 1)])  # connection still usable afterwards
+    assert cache.get_many(["ok"]) == {"ok": ("t", 1, 1)}
