@@ -222,10 +222,10 @@ class LLMClient:
         self.config = config
         self.cache = LLMCache(config.cache_path)
         self._factories = backends or BACKENDS
-        self._backends: dict[tuple, Backend] = {}
+        self._backends: dict[str, Backend] = {}
 
     def backend(self, cfg: RoleConfig) -> Backend:
-        key = (cfg.backend, cfg.model, cfg.base_url, cfg.n_ctx, cfg.n_threads)
+        key = cfg.model_dump_json()  # the whole role config: key, limits and engine settings are per role
         if key not in self._backends:
             self._backends[key] = self._factories[cfg.backend](cfg)
         return self._backends[key]

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import sqlite3
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # `tests.fakes` also under plain `pytest`
-
-from dagster_project.core.chat import ChatRequest  # noqa: E402
-from dagster_project.core.config import parse_params  # noqa: E402
-from dagster_project.resources.llm import LLMClient  # noqa: E402
-from dagster_project.resources.llm_cache import LLMCache  # noqa: E402
-from tests.fakes import ScriptedBackend  # noqa: E402
+from dagster_project.core.chat import ChatRequest
+from dagster_project.core.config import parse_params
+from dagster_project.resources.llm import LLMClient
+from dagster_project.resources.llm_cache import LLMCache
+from fakes import ScriptedBackend  # tests/fakes.py, on sys.path via tests/conftest.py
 
 SECRET = "sk-TOPSECRET-5f1e0c9a77d2"
 URL_A = "https://secret-gateway.internal.example:8443/v1"

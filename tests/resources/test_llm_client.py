@@ -6,18 +6,15 @@ Every backend here is tests/fakes.ScriptedBackend (or a tiny variant): no model,
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # `tests.fakes` also under plain `pytest`
-
-from dagster_project.core.chat import ChatRequest, sample_cache_key  # noqa: E402
-from dagster_project.core.config import parse_params  # noqa: E402
-from dagster_project.resources.llm import JobOutput, LLMClient  # noqa: E402
-from dagster_project.resources.llm_cache import LLMCache  # noqa: E402
-from tests.fakes import ScriptedBackend  # noqa: E402
+from dagster_project.core.chat import ChatRequest, sample_cache_key
+from dagster_project.core.config import parse_params
+from dagster_project.resources.llm import JobOutput, LLMClient
+from dagster_project.resources.llm_cache import LLMCache
+from fakes import ScriptedBackend  # tests/fakes.py, on sys.path via tests/conftest.py
 
 
 def echo(job, idx):
@@ -181,6 +178,28 @@ def test_backend_factory_that_raises_fails_rows_not_the_process(config):
         assert r.error.startswith("backend unavailable")
         assert "no such model file" in r.error
     assert any("backend unavailable" in m for m in messages)
+
+
+def test_backend_generate_that_raises_fails_only_that_chunk(config):
+    calls = {"n": 0}
+
+    class RaisesOnSecondChunk(ScriptedBackend):
+        def generate(self, jobs):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise ConnectionError("socket closed")
+            return super().generate(jobs)
+
+    client, _ = make_client(config, RaisesOnSecondChunk(echo))  # chunk_size 4
+    requests = [req(f"q{i}") for i in range(10)]
+    results = client.chat("generator", requests)  # must not raise
+    assert [r.ok for r in results] == [True] * 4 + [False] * 4 + [True] * 2
+    assert all("ConnectionError" in r.error and "socket closed" in r.error for r in results[4:8])
+
+    again_client, again_backend = make_client(config)
+    again = again_client.chat("generator", requests)
+    assert [j.messages[-1]["content"] for j in again_backend.jobs] == [f"q{i}" for i in range(4, 8)]
+    assert all(r.ok for r in again)
 
 
 def test_progress_reports_x_of_y_generated(config):

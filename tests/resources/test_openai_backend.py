@@ -206,10 +206,6 @@ def test_llm_client_end_to_end_over_http_with_cache(fake, tmp_path):
     assert [r["body"]["messages"][-1]["content"] for r in fake.requests] == ["always-400 e2e"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "LLMClient.backend() caches backend instances by (backend, model, base_url, n_ctx, n_threads) only, "
-    "so a second role on the same endpoint+model reuses the first role's OpenAIBackend and sends the "
-    "first role's API key (its concurrency, timeout_s and max_retries are ignored the same way)"))
 def test_each_role_uses_its_own_api_key(fake, tmp_path, monkeypatch):
     monkeypatch.setenv("CLARIFY_KEY_ONE", "key-one")
     monkeypatch.setenv("CLARIFY_KEY_TWO", "key-two")

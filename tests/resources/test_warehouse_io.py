@@ -63,9 +63,6 @@ def test_failed_write_keeps_previous_file_and_cleans_up(tmp_path, monkeypatch):
     assert sorted(p.name for p in path.parent.iterdir()) == ["a.parquet"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "write_parquet_atomic writes through tempfile.mkstemp, which creates the file with mode 0600, and "
-    "os.replace keeps that mode: every asset Parquet file ends up owner-only instead of honouring the umask"))
 def test_atomic_write_keeps_the_permissions_of_a_plain_write(tmp_path):
     old = os.umask(0o022)
     try:

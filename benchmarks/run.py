@@ -1,0 +1,123 @@
+"""Run the performance benchmarks and print ratios measured in this one run (no timing assertions anywhere).
+
+    .venv/bin/python benchmarks/run.py                 # all (make bench)
+    .venv/bin/python benchmarks/run.py --only cache    # one or more: --only llm,dedup
+
+Prints a table, then one JSON line with every number; the same JSON goes to benchmarks/results/latest.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+# No model hub, ever: MiniLM and SmolLM2 come from installed packages.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _common import BenchResult, say  # noqa: E402
+
+RESULTS = HERE / "results" / "latest.json"
+
+
+def _benchmarks() -> dict[str, Callable[[], BenchResult]]:
+    from bench_cache import bench_cache
+    from bench_dedup import bench_dedup
+    from bench_llm import bench_llm
+    from bench_parsing import bench_parsing
+
+    # cheap first, so a broken model install still leaves numbers for the rest
+    return {"parsing": bench_parsing, "cache": bench_cache, "dedup": bench_dedup, "llm": bench_llm}
+
+
+NAMES = ("parsing", "cache", "dedup", "llm")
+
+
+def _machine() -> dict[str, object]:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
+                                text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "git_commit": commit, "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
+
+
+def _print_table(results: list[BenchResult], total_s: float) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # plain aligned lines
+        for r in results:
+            print(f"\n== {r.name} ({r.metrics['wall_s']:.1f} s)")
+            for label, value, note in r.lines:
+                print(f"  {label:<48} {value:>18}  {note}")
+        print(f"\ntotal {total_s:.1f} s")
+        return
+    table = Table(title=f"clarify-pipeline benchmarks (one run, {total_s:.0f} s total)", show_lines=False)
+    table.add_column("bench", style="bold")
+    table.add_column("measure")
+    table.add_column("value", justify="right", style="cyan")
+    table.add_column("note", style="dim")
+    for r in results:
+        for k, (label, value, note) in enumerate(r.lines):
+            table.add_row(r.name if k == 0 else "", label, value, note)
+        table.add_row("", f"[dim]wall time of this benchmark[/dim]", f"[dim]{r.metrics['wall_s']:.1f} s[/dim]", "",
+                      end_section=True)
+    Console(width=max(140, Console().width)).print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", action="append", default=[], metavar="NAME",
+                    help=f"run only these (repeat or comma-separate): {', '.join(NAMES)}")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON (default: %(default)s)")
+    args = ap.parse_args(argv)
+    only = [n.strip() for item in args.only for n in item.split(",") if n.strip()]
+    bad = sorted(set(only) - set(NAMES))
+    if bad:
+        ap.error(f"unknown benchmark(s) {bad}; choose from {list(NAMES)}")
+    selected = [n for n in NAMES if not only or n in only]
+
+    meta = _machine()
+    if meta["loadavg_start"][0] > (os.cpu_count() or 1) * 0.5:
+        say(f"note: load average {meta['loadavg_start']} on {os.cpu_count()} CPUs: other work is running, "
+            "absolute numbers will be low (ratios within one benchmark are less affected)")
+    benches = _benchmarks()
+    results: list[BenchResult] = []
+    t0 = time.perf_counter()
+    for name in selected:
+        say(f"== {name}")
+        t = time.perf_counter()
+        res = benches[name]()
+        res.metrics["wall_s"] = round(time.perf_counter() - t, 2)
+        results.append(res)
+    total = time.perf_counter() - t0
+    meta["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+
+    payload = {"when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "total_s": round(total, 2),
+               "benchmarks": selected, "machine": meta, **{r.name: r.metrics for r in results}}
+    _print_table(results, total)
+    line = json.dumps(payload, separators=(",", ":"))
+    print("BENCH_JSON " + line)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    say(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
