@@ -56,13 +56,52 @@ def _machine() -> dict[str, object]:
             "git_commit": commit, "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
 
 
+def _cpu_busy_s() -> float | None:
+    """Busy CPU seconds of the whole machine so far (all processes), from /proc/stat; None off Linux."""
+    try:
+        f = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in f[1:9])
+        return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _self_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class Contention:
+    """Share of the machine's CPU time that OTHER processes used while a benchmark ran (0% = quiet machine)."""
+
+    def __enter__(self) -> Contention:
+        self.busy, self.own, self.t = _cpu_busy_s(), _self_cpu_s(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = time.perf_counter() - self.t
+        busy = _cpu_busy_s()
+        self.other_pct = None
+        if busy is not None and self.busy is not None and wall > 0:
+            other = max(0.0, (busy - self.busy) - (_self_cpu_s() - self.own))
+            self.other_pct = round(100 * other / (wall * (os.cpu_count() or 1)), 1)
+
+
+def _busy(r: BenchResult) -> str:
+    pct = r.metrics.get("other_cpu_pct")
+    if pct is None:
+        return "other processes' CPU use unknown"
+    warn = " - numbers are depressed, rerun on a quiet machine" if pct >= 10 else ""
+    return f"other processes used {pct:.0f}% of the CPUs{warn}"
+
+
 def _print_table(results: list[BenchResult], total_s: float) -> None:
     try:
         from rich.console import Console
         from rich.table import Table
     except ImportError:  # plain aligned lines
         for r in results:
-            print(f"\n== {r.name} ({r.metrics['wall_s']:.1f} s)")
+            print(f"\n== {r.name} ({r.metrics['wall_s']:.1f} s, {_busy(r)})")
             for label, value, note in r.lines:
                 print(f"  {label:<48} {value:>18}  {note}")
         print(f"\ntotal {total_s:.1f} s")
@@ -75,8 +114,8 @@ def _print_table(results: list[BenchResult], total_s: float) -> None:
     for r in results:
         for k, (label, value, note) in enumerate(r.lines):
             table.add_row(r.name if k == 0 else "", label, value, note)
-        table.add_row("", f"[dim]wall time of this benchmark[/dim]", f"[dim]{r.metrics['wall_s']:.1f} s[/dim]", "",
-                      end_section=True)
+        table.add_row("", "[dim]wall time of this benchmark[/dim]", f"[dim]{r.metrics['wall_s']:.1f} s[/dim]",
+                      _busy(r), end_section=True)
     Console(width=max(140, Console().width)).print(table)
 
 
@@ -93,17 +132,16 @@ def main(argv: list[str] | None = None) -> int:
     selected = [n for n in NAMES if not only or n in only]
 
     meta = _machine()
-    if meta["loadavg_start"][0] > (os.cpu_count() or 1) * 0.5:
-        say(f"note: load average {meta['loadavg_start']} on {os.cpu_count()} CPUs: other work is running, "
-            "absolute numbers will be low (ratios within one benchmark are less affected)")
     benches = _benchmarks()
     results: list[BenchResult] = []
     t0 = time.perf_counter()
     for name in selected:
         say(f"== {name}")
         t = time.perf_counter()
-        res = benches[name]()
+        with Contention() as c:
+            res = benches[name]()
         res.metrics["wall_s"] = round(time.perf_counter() - t, 2)
+        res.metrics["other_cpu_pct"] = c.other_pct
         results.append(res)
     total = time.perf_counter() - t0
     meta["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -17,7 +17,7 @@ def minilm_path() -> str:
 
 
 @cache
-def load_encoder(model: str = "all-MiniLM-L6-v2"):
+def load_encoder(model: str):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from sentence_transformers import SentenceTransformer
