@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from dagster_project.defs import benchmark, evaluation
+from dagster_project import defs as defs_package
 from dagster_project.defs.checks import build_checks
 from dagster_project.resources.embedder import EmbedderResource
 from dagster_project.resources.llm import LLMResource
@@ -14,7 +14,8 @@ from dagster_project.resources.warehouse import WarehouseIOManager
 _params = default_params_path()
 
 defs = dg.Definitions(
-    assets=dg.load_assets_from_modules([benchmark, evaluation]),
+    # every asset in dagster_project/defs/*.py (one module per group)
+    assets=dg.load_assets_from_package_module(defs_package),
     asset_checks=build_checks(),
     resources={
         "io_manager": WarehouseIOManager(),
