@@ -147,7 +147,9 @@ class OpenAIBackend:
             "top_p": job.sampling["top_p"], "max_tokens": job.sampling["max_tokens"],
             "seed": job.sampling["seed"] + min(job.sample_indices),
         }
-        if job.json_schema:
+        if job.json_schema and self.cfg.json_format == "json_object":
+            kwargs["response_format"] = {"type": "json_object", "schema": job.json_schema}
+        elif job.json_schema:
             kwargs["response_format"] = {"type": "json_schema",
                                          "json_schema": {"name": "reply", "schema": job.json_schema}}
         out = JobOutput()
