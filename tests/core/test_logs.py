@@ -1,0 +1,271 @@
+"""core/logs.py: format detection, streaming reads, every quarantine reason, the prefilter, extraction parsing."""
+
+import datetime as dt
+import gzip
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from dagster_project.core.chat import ChatResult
+from dagster_project.core.logs import (
+    EXTRACTION_SCHEMA,
+    LogFormatError,
+    LogReadConfig,
+    expand_paths,
+    extraction_requests,
+    load_logs,
+    parse_extraction,
+    parse_extractions,
+    pass_rate,
+    prefilter,
+    read_logs,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _sg(cid, *turns):
+    return {"id": cid, "conversations": [{"from": "human" if i % 2 == 0 else "gpt", "value": t}
+                                         for i, t in enumerate(turns)]}
+
+
+def _wc(cid, *turns, ts="2024-05-02T10:00:00Z", language="English"):
+    return {"conversation_hash": cid, "timestamp": ts, "language": language,
+            "conversation": [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]}
+
+
+def _oa(cid, *turns):
+    return {"id": cid, "messages": [{"role": "system", "content": "Be brief."}]
+            + [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]}
+
+
+def _jsonl(path: Path, records, gz=False) -> Path:
+    data = b"".join((r if isinstance(r, bytes) else json.dumps(r).encode()) + b"\n" for r in records)
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def _read(paths, **cfg):
+    return load_logs([Path(p) for p in paths], LogReadConfig(default_log_date=dt.date(2024, 1, 1), **cfg))
+
+
+# --------------------------------------------------------------------------- formats
+
+def test_sharegpt_json_array(tmp_path):
+    p = tmp_path / "a.json"
+    p.write_text(json.dumps([_sg("s1", "hi?", "hello"), _sg("s2", "q", "a", "q2")]))
+    turns, rej, stats = _read([p])
+    assert rej.height == 0 and stats.files == {p.as_posix(): "sharegpt"}
+    assert turns.select("conversation_id", "turn_index", "role").rows() == [
+        ("s1", 0, "user"), ("s1", 1, "assistant"), ("s2", 0, "user"), ("s2", 1, "assistant"), ("s2", 2, "user")]
+    assert set(turns["log_date"]) == {dt.date(2024, 1, 1)}  # no timestamp: logs.default_log_date
+    assert turns["language"].is_null().all()
+
+
+def test_wildchat_gzip_jsonl_with_timestamp_and_language(tmp_path):
+    p = _jsonl(tmp_path / "w.jsonl.gz", [_wc("w1", "hola", "hi", ts="2024-05-03T23:30:00Z", language="Spanish")], gz=True)
+    turns, rej, stats = _read([p])
+    assert stats.files[p.as_posix()] == "wildchat"
+    assert turns["log_date"].to_list() == [dt.date(2024, 5, 3)] * 2
+    assert turns["language"].to_list() == ["Spanish"] * 2
+    assert turns["timestamp"][0] == dt.datetime(2024, 5, 3, 23, 30, tzinfo=dt.UTC)
+
+
+def test_openai_jsonl_keeps_system_turn_and_epoch_time(tmp_path):
+    rec = _oa("o1", "q", "a") | {"created": 1714651200}
+    turns, _, stats = _read([_jsonl(tmp_path / "o.jsonl", [rec])])
+    assert stats.files[(tmp_path / "o.jsonl").as_posix()] == "openai"
+    assert turns["role"].to_list() == ["system", "user", "assistant"]
+    assert turns["log_date"][0] == dt.date(2024, 5, 2)
+
+
+def test_parquet_with_wildchat_fields(tmp_path):
+    p = tmp_path / "p.parquet"
+    pl.DataFrame([_wc("p1", "a?", "b"), _wc("p2", "c", "d")]).write_parquet(p)
+    turns, rej, stats = _read([p])
+    assert stats.files[p.as_posix()] == "wildchat" and turns.height == 4 and rej.height == 0
+
+
+def test_json_file_holding_jsonl_and_missing_ids_get_content_hash(tmp_path):
+    recs = [{"messages": [{"role": "user", "content": "same"}]}, {"messages": [{"role": "user", "content": "other"}]}]
+    p = _jsonl(tmp_path / "x.json", recs)
+    turns, rej, _ = _read([p])
+    ids = turns["conversation_id"].to_list()
+    assert len(set(ids)) == 2 and all(i.startswith("h-") for i in ids)
+    again, _, _ = _read([p])
+    assert again["conversation_id"].to_list() == ids  # deterministic
+
+
+def test_sample_logs_shipped_with_the_repo():
+    paths = expand_paths(["data/logs/*.json", "data/logs/*.jsonl", "data/logs/*.jsonl.gz", "data/logs/*.parquet"],
+                         REPO)
+    turns, rej, stats = _read(paths)
+    assert set(stats.files.values()) == {"sharegpt", "wildchat", "openai"}
+    assert stats.records_read == 44 and stats.conversations_kept == 37 and stats.records_rejected == 7
+    assert stats.records_read == stats.conversations_kept + stats.records_rejected
+
+
+# --------------------------------------------------------------------------- quarantine
+
+def test_every_quarantine_reason(tmp_path):
+    recs = [
+        _wc("ok", "q?", "a"),
+        b'{"conversation_hash": "broken", "conversation": [',
+        b'{"conversation_hash": "latin", "conversation": [{"role": "user", "content": "caf\xe9"}]}',
+        {"conversation_hash": "nolist", "conversation": "hello"},
+        ["not", "an", "object"],
+        {"conversation_hash": "nofield"},
+        {"conversation_hash": "norole", "conversation": [{"content": "x"}]},
+        {"conversation_hash": "badrole", "conversation": [{"role": "robot", "content": "x"}]},
+        {"conversation_hash": "empty", "conversation": [{"role": "user", "content": " \n"}]},
+        {"conversation_hash": "inttext", "conversation": [{"role": "user", "content": 7}]},
+        {"conversation_hash": "huge", "conversation": [{"role": "user", "content": "x" * 101}]},
+        {"conversation_hash": "onlybot", "conversation": [{"role": "assistant", "content": "hello"}]},
+        {"conversation_hash": "badtime", "timestamp": "yesterday", "conversation": [{"role": "user", "content": "x"}]},
+        _wc("ok", "again", "dup"),
+        _wc("old", "q", "a", ts="2023-01-01T00:00:00Z"),
+    ]
+    p = _jsonl(tmp_path / "w.jsonl", recs)
+    turns, rej, stats = _read([p], max_message_chars=100, date_from=dt.date(2024, 1, 1))
+    by_id = {r["record_index"]: (r["reason"], r["field"]) for r in rej.to_dicts()}
+    assert by_id == {
+        1: ("invalid_json", None), 2: ("not_utf8", None), 3: ("wrong_type", "conversation"),
+        4: ("wrong_type", None), 5: ("missing_field", "conversation"), 6: ("missing_role", "conversation[0].role"),
+        7: ("unknown_role", "conversation[0].role"), 8: ("empty_text", "conversation[0].content"),
+        9: ("wrong_type", "conversation[0].content"), 10: ("oversized_message", "conversation[0].content"),
+        11: ("no_user_turn", "conversation"), 12: ("wrong_type", "timestamp"),
+        13: ("duplicate_conversation_id", "id"), 14: ("outside_date_range", "timestamp"),
+    }
+    assert set(turns["conversation_id"]) == {"ok"}
+    assert stats.records_read == 15 == stats.conversations_kept + stats.records_rejected
+    assert "caf" in rej.filter(pl.col("reason") == "not_utf8")["raw"][0]  # raw kept for inspection
+
+
+def test_duplicate_ids_across_files_first_wins(tmp_path):
+    a = _jsonl(tmp_path / "a.jsonl", [_wc("same", "first", "x")])
+    b = _jsonl(tmp_path / "b.jsonl", [_wc("same", "second", "y")])
+    turns, rej, _ = _read([a, b])
+    assert turns.filter(pl.col("turn_index") == 0)["text"].to_list() == ["first"]
+    assert rej.select("source", "reason").rows() == [(b.as_posix(), "duplicate_conversation_id")]
+
+
+def test_broken_json_array_rejects_the_rest_without_crashing(tmp_path):
+    p = tmp_path / "a.json"
+    p.write_text(json.dumps([_sg("s1", "q", "a")])[:-1] + ', {"id": "s2", "conversations": [')
+    turns, rej, stats = _read([p])
+    assert set(turns["conversation_id"]) == {"s1"}
+    assert rej.select("record_index", "reason").rows() == [(1, "invalid_json")]
+    assert stats.records_read == 2
+
+
+def test_unknown_layout_is_an_error_naming_file_and_record(tmp_path):
+    p = _jsonl(tmp_path / "odd.jsonl", [b"{oops", {"text": "hello", "author": "me"}])
+    with pytest.raises(LogFormatError, match=r"odd\.jsonl: record 1: cannot tell the log format.*'author', 'text'"):
+        _read([p])
+
+
+def test_path_patterns(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(LogFormatError, match="matched no files"):
+        expand_paths(["*.jsonl"], tmp_path)
+    with pytest.raises(LogFormatError, match=r"notes\.txt: unsupported file type"):
+        expand_paths(["*.txt"], tmp_path)
+
+
+def test_reading_streams_in_bounded_batches(tmp_path):
+    p = _jsonl(tmp_path / "many.jsonl", [_wc(f"c{i}", "q", "a") for i in range(7)] + [b"{bad"])
+    frames = list(read_logs([p], LogReadConfig(batch_size=3)))
+    assert [t.height for t, _ in frames] == [6, 6, 2]  # 3 + 3 + 2 records (the last one rejected)
+    assert [r.height for _, r in frames] == [0, 0, 1]
+
+
+# --------------------------------------------------------------------------- prefilter
+
+def _turns(*convs):
+    rows = []
+    for cid, turns in convs:
+        rows += [{"conversation_id": cid, "turn_index": i, "role": r, "text": t, "source": "f",
+                  "source_format": "wildchat", "language": None, "log_date": dt.date(2024, 1, 1)}
+                 for i, (r, t) in enumerate(turns)]
+    return pl.DataFrame(rows)
+
+
+def test_prefilter_rules_and_pass_rate():
+    u, a = "user", "assistant"
+    turns = _turns(
+        ("c1", [(u, "Plan a trip."), (a, "Where do you want to go?"), (u, "Japan.")]),                 # kept
+        ("c2", [(u, "Hi"), (a, "Which city do you mean?")]),                                             # no reply
+        ("c3", [(a, "Welcome! What can I do for you?"), (u, "Help.")]),                                  # no user before
+        ("c4", [(u, "Explain X."), (a, "X is " + "very " * 80 + "long. Do you want more?"), (u, "ok")]),  # too long
+        ("c5", [(u, "Capital of France?"), (a, "Paris."), (u, "Thanks")]),                               # no question
+        ("c6", [(u, "Explain Y."), (a, "Y is Z. Isn't that neat?"), (u, "yes")]),                        # not addressed
+        ("c7", [(u, "Fix it"), (a, "Which file is broken?"), (u, "main.py")]),                           # kept (which)
+    )
+    out = prefilter(turns, max_chars=300).collect().sort("conversation_id")
+    assert out.select("conversation_id", "reject_reason").rows() == [
+        ("c1", None), ("c2", "no_user_reply"), ("c3", "no_preceding_user_turn"), ("c4", "too_long"),
+        ("c5", "no_question"), ("c6", "not_addressed_to_user"), ("c7", None)]
+    kept = out.filter("kept").row(0, named=True)
+    assert (kept["candidate_id"], kept["query"], kept["clarifying_question"], kept["reply"]) == (
+        "c1:1", "Plan a trip.", "Where do you want to go?", "Japan.")
+    assert out.filter(~pl.col("kept"))["query"].is_null().all()  # texts only for kept rows
+    assert pass_rate(out) == pytest.approx(2 / 7)
+
+
+def test_prefilter_keeps_order_within_conversation_when_input_is_shuffled():
+    turns = _turns(("c1", [("user", "Plan a trip."), ("assistant", "Where do you want to go?"), ("user", "Japan.")]))
+    out = prefilter(turns.reverse(), 300).collect()
+    assert out["kept"].to_list() == [True] and out["reply"][0] == "Japan."
+
+
+# --------------------------------------------------------------------------- extraction
+
+CAND = {"candidate_id": "c1:1", "conversation_id": "c1", "turn_index": 1, "source": "f",
+        "log_date": dt.date(2024, 1, 1), "query": "Plan a trip.", "clarifying_question": "Where to?",
+        "reply": "Japan, ten days."}
+
+
+def test_parse_extraction_good():
+    raw = json.dumps({"is_clarification": True, "query": "Plan a trip", "clarifying_question": "Where to?",
+                      "refined_query": "Plan a ten-day trip to Japan", "facet": "destination"})
+    r = parse_extraction(CAND, raw)
+    assert r["status"] == "ok" and r["kept"] and r["facet"] == "destination"
+    assert r["q_next"] == "Plan a ten-day trip to Japan" and r["filled_from_log"] == []
+
+
+def test_parse_extraction_negative_is_ok_but_not_kept():
+    r = parse_extraction(CAND, '{"is_clarification": false, "query": "", "clarifying_question": "", '
+                               '"refined_query": "", "facet": ""}')
+    assert (r["status"], r["kept"], r["reject_reason"]) == ("ok", False, "not_clarification")
+
+
+def test_parse_extraction_partial_fills_texts_from_log_but_needs_a_facet():
+    r = parse_extraction(CAND, '{"is_clarification": "true", "facet": "destination", "query": "  "}')
+    assert r["status"] == "ok" and r["kept"]
+    assert (r["q_i"], r["c"], r["q_next"]) == ("Plan a trip.", "Where to?", "Japan, ten days.")
+    assert r["filled_from_log"] == ["q_i", "c", "q_next"]
+    r = parse_extraction(CAND, '{"is_clarification": true, "query": "Plan a trip", "facet": ""}')
+    assert (r["status"], r["kept"]) == ("parse_error", False) and "no facet" in r["error"]
+
+
+@pytest.mark.parametrize("raw", ["", "I think yes", "[1, 2]", '{"is_clarification": "maybe"}', "{broken"])
+def test_parse_extraction_garbage(raw):
+    r = parse_extraction(CAND, raw)
+    assert (r["status"], r["kept"], r["reject_reason"]) == ("parse_error", False, "parse_error")
+
+
+def test_extraction_requests_and_results_table():
+    cands = pl.DataFrame([CAND, CAND | {"candidate_id": "c2:1", "conversation_id": "c2"}])
+    reqs = extraction_requests(cands)
+    user = reqs[0].messages[-1]["content"]
+    assert 'q_i: "Plan a trip."' in user and 'q_next: "Japan, ten days."' in user
+    assert user.count("facet:") >= 3  # the three positive demonstrations name a facet
+    assert reqs[0].json_schema == EXTRACTION_SCHEMA and reqs[0].prompt_version.startswith("clarilm_extract")
+    results = [ChatResult(texts=['{"is_clarification": true, "facet": "where"}'], model="m"),
+               ChatResult(texts=[""], error="RuntimeError: down", model="m")]
+    out = parse_extractions(cands, reqs, results)
+    assert out["status"].to_list() == ["ok", "llm_error"]
+    assert out["kept"].to_list() == [True, False]
+    assert out["raw_output"].to_list() == ['{"is_clarification": true, "facet": "where"}', None]

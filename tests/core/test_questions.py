@@ -1,0 +1,176 @@
+"""core/questions.py: Q^L extraction and rules, LLM filter parsing, persona/seed files, Q^G plan and dedup."""
+
+import datetime as dt
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from dagster_project.core.chat import ChatResult
+from dagster_project.core.questions import (
+    apply_dedup,
+    apply_transforms,
+    dedup_against,
+    first_questions,
+    llm_reason,
+    load_personas,
+    load_seed_questions,
+    looks_english,
+    parse_qg,
+    parse_ql_filter,
+    qg_plan,
+    qg_requests,
+    ql_filter_requests,
+    ql_rules,
+    split_counts,
+    transform_requests,
+)
+
+
+def _raw(*convs):
+    rows = []
+    for cid, turns, lang in convs:
+        rows += [{"conversation_id": cid, "turn_index": i, "role": r, "text": t, "language": lang,
+                  "log_date": dt.date(2024, 1, 1), "source": "f"} for i, (r, t) in enumerate(turns)]
+    return pl.DataFrame(rows)
+
+
+def keyword_embed(texts):
+    """Texts sharing their first word are the same vector; others orthogonal."""
+    words = sorted({t.split()[0].lower() for t in texts})
+    out = np.zeros((len(texts), len(words)), dtype=np.float32)
+    for i, t in enumerate(texts):
+        out[i, words.index(t.split()[0].lower())] = 1.0
+    return out
+
+
+def test_looks_english():
+    assert looks_english("How do I bake bread?", None)
+    assert not looks_english("Что такое квантовая физика?", None)
+    assert looks_english("Wie spät ist es?", "english")  # the tag wins over the text
+    assert not looks_english("How are you?", "German")
+    assert not looks_english("1234 ???", None)
+
+
+def test_first_questions_and_rules():
+    raw = _raw(
+        ("a", [("system", "Be brief."), ("user", "Plan a trip to Rome."), ("assistant", "Sure: day 1..."),
+               ("user", "more")], "English"),
+        ("b", [("user", "x" * 50), ("assistant", "ok")], None),
+        ("c", [("user", "Что это?"), ("assistant", "Это тест.")], None),
+        ("d", [("user", "Only one turn?")], None),
+        ("e", [("assistant", "Hi, how can I help?"), ("user", "Reset my router."), ("assistant", "Unplug it.")], None),
+    )
+    first = first_questions(raw)
+    assert first.select("question_id", "question", "log_answer", "n_turns").rows() == [
+        ("ql-a", "Plan a trip to Rome.", "Sure: day 1...", 3),
+        ("ql-b", "x" * 50, "ok", 2),
+        ("ql-c", "Что это?", "Это тест.", 2),
+        ("ql-d", "Only one turn?", None, 1),
+        ("ql-e", "Reset my router.", "Unplug it.", 3),
+    ]
+    ruled = ql_rules(first, max_chars=40, english_only=True, min_turns=2)
+    assert ruled["rule_reason"].to_list() == [None, "too_long", "not_english", "single_turn", None]
+    assert ql_rules(first, 40, False, 1)["rule_reason"].to_list() == [None, "too_long", None, None, None]
+
+
+def test_ql_filter_parsing_and_reasons():
+    rows = pl.DataFrame({"question": ["q1", "q2", "q3", "q4", "q5"]})
+    reqs = ql_filter_requests(rows)
+    assert '"q1"' in reqs[0].messages[-1]["content"] and reqs[0].json_schema["required"][0] == "context_independent"
+    results = [
+        ChatResult(texts=['{"context_independent": true, "well_formed": true, "reason": "fine"}'], model="m"),
+        ChatResult(texts=['{"context_independent": false, "well_formed": true, "reason": "refers back"}'], model="m"),
+        ChatResult(texts=['{"context_independent": true, "well_formed": false, "reason": "cut off"}'], model="m"),
+        ChatResult(texts=['{"context_independent": "yes"}'], model="m"),
+        ChatResult(texts=[""], error="TimeoutError", model="m"),
+    ]
+    parsed = parse_ql_filter(results, reqs)
+    assert parsed["status"].to_list() == ["ok", "ok", "ok", "parse_error", "llm_error"]
+    reasons = parsed.with_columns(r=llm_reason())["r"].to_list()
+    assert reasons == [None, "context_dependent", "not_well_formed", "parse_error", "llm_error"]
+    assert parsed["raw_output"][4] is None and parsed["filter_reason"][1] == "refers back"
+
+
+def test_apply_dedup_only_among_candidates():
+    rows = pl.DataFrame({"question_id": ["q1", "q2", "q3", "q4"],
+                         "question": ["laptop please", "laptop for me", "weather now", "laptop too"],
+                         "reject_reason": [None, None, None, "too_long"]})
+    out = apply_dedup(rows, pl.col("reject_reason").is_null(), "question", keyword_embed, 0.9, 2)
+    assert out.select("question_id", "kept", "duplicate_of", "reject_reason").rows() == [
+        ("q1", True, None, None), ("q2", False, "q1", "duplicate"), ("q3", True, None, None),
+        ("q4", False, None, "too_long")]
+
+
+def test_personas_and_seed_files(tmp_path):
+    p = tmp_path / "p.jsonl"
+    p.write_text('{"persona_id": "a", "description": "A cook."}\n\n{"persona_id": "b", "description": "A pilot."}\n')
+    assert load_personas(p)["persona_id"].to_list() == ["a", "b"]
+    p.write_text('{"persona_id": "a", "description": "A cook."}\n{"persona_id": "b"}\n')
+    with pytest.raises(ValueError, match=r"p\.jsonl:2: field 'description'"):
+        load_personas(p)
+    p.write_text('{"persona_id": "a", "description": "x"}\n{"persona_id": "a", "description": "y"}\n')
+    with pytest.raises(ValueError, match="duplicate persona_id"):
+        load_personas(p)
+    t = tmp_path / "s.txt"
+    t.write_text("How tall is Everest?\n\nBook a flight\n")
+    j = tmp_path / "s.jsonl"
+    j.write_text('{"question": "Find a dentist"}\n')
+    assert load_seed_questions([str(t), str(j)]) == ["How tall is Everest?", "Book a flight", "Find a dentist"]
+    j.write_text('{"text": "no question field"}\n')
+    with pytest.raises(ValueError, match=r"s\.jsonl:1: field 'question'"):
+        load_seed_questions([str(j)])
+
+
+def test_split_counts_largest_remainder():
+    assert split_counts(8, (0.8, 0.1, 0.1)) == {"keep": 6, "enrich": 1, "simplify": 1}
+    assert split_counts(10, (0.8, 0.1, 0.1)) == {"keep": 8, "enrich": 1, "simplify": 1}
+    assert split_counts(3, (0.8, 0.1, 0.1)) == {"keep": 3, "enrich": 0, "simplify": 0}
+    assert sum(split_counts(124_000, (0.8, 0.1, 0.1)).values()) == 124_000
+
+
+def test_qg_plan_requests_and_parsing():
+    personas = pl.DataFrame({"persona_id": ["nurse", "cook", "pilot"], "description": ["A nurse.", "A cook.", "P"]})
+    plan = qg_plan(personas, n_personas=2, per_persona=5, demo_pool=["d1", "d2", "d3", "d4"], n_demos=2,
+                   shares=(0.8, 0.1, 0.1), seed=1)
+    assert plan.height == 10 and set(plan["persona_id"]) == {"nurse", "cook"}
+    assert plan["transformation"].value_counts().sort("transformation").rows() == [
+        ("enrich", 1), ("keep", 8), ("simplify", 1)]
+    assert all(len(d) == 2 and set(d) <= {"d1", "d2", "d3", "d4"} for d in plan["demos"])
+    assert plan.equals(qg_plan(personas, 2, 5, ["d1", "d2", "d3", "d4"], 2, (0.8, 0.1, 0.1), seed=1))
+    reqs = qg_requests(plan, 0.9)
+    assert "A nurse." in reqs[0].messages[-1]["content"] and "- d" in reqs[0].messages[-1]["content"]
+    assert len({r.sampling.seed for r in reqs}) == 10  # distinct seeds: no 10 identical samples
+    results = [ChatResult(texts=[json.dumps({"topic": "t", "question": f"question {i}"})], model="m")
+               for i in range(9)] + [ChatResult(texts=["nope"], model="m")]
+    rows = parse_qg(plan, reqs, results)
+    assert rows["status"].to_list() == ["ok"] * 9 + ["parse_error"]
+    todo = rows.filter((pl.col("status") == "ok") & (pl.col("transformation") != "keep"))
+    treqs = transform_requests(todo)
+    tres = [ChatResult(texts=['{"question": "rewritten"}'], model="m") for _ in treqs]
+    out = apply_transforms(rows, todo["qg_id"].to_list(), treqs, tres)
+    changed = out.filter(pl.col("transform_status") == "ok")
+    assert changed["question"].to_list() == ["rewritten"] * todo.height
+    assert (changed["original_question"] != changed["question"]).all()
+    kept = out.filter(pl.col("transformation") == "keep", pl.col("status") == "ok")
+    assert (kept["question"] == kept["original_question"]).all()
+
+
+def test_transform_failure_keeps_the_original():
+    rows = pl.DataFrame({"qg_id": ["g1"], "original_question": ["Fix my bike"], "transformation": ["enrich"]})
+    req = transform_requests(rows)
+    assert "Add one or two concrete details" in req[0].messages[-1]["content"]
+    out = apply_transforms(rows, ["g1"], req, [ChatResult(texts=["{}"], model="m")])
+    assert (out["question"][0], out["transform_status"][0]) == ("Fix my bike", "parse_error")
+
+
+def test_dedup_against_ql_prefers_log_questions():
+    ql = pl.DataFrame({"question_id": ["ql-1"], "question": ["laptop advice please"]})
+    qg = pl.DataFrame({"qg_id": ["g1", "g2", "g3", "g4"],
+                       "question": ["laptop for gaming", "garden tips", "garden ideas", None],
+                       "status": ["ok", "ok", "ok", "parse_error"]})
+    out = dedup_against(qg, ql, keyword_embed, 0.9, 1)  # block=1: every pair crosses a block boundary
+    assert out.select("qg_id", "kept", "duplicate_of", "reject_reason").rows() == [
+        ("g1", False, "ql-1", "duplicate_of_ql"), ("g2", True, None, None),
+        ("g3", False, "g2", "duplicate"), ("g4", False, None, "parse_error")]

@@ -1,0 +1,175 @@
+"""ClariLM groups (logs -> questions -> facets -> annotations) with a scripted LLM and a fake embedder."""
+
+import json
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import polars as pl
+import yaml
+from fakes import ScriptedBackend
+
+from dagster_project.core.config import load_params
+from dagster_project.defs import logs, questions
+from dagster_project.defs.checks import build_checks
+from dagster_project.resources.llm import Job, LLMClient, LLMResource
+from dagster_project.resources.params import ParamsResource
+from dagster_project.resources.warehouse import WarehouseIOManager
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTED: dict[str, ScriptedBackend] = {}
+
+
+class ScriptedLLM(LLMResource):
+    def setup_for_execution(self, context) -> None:
+        self._client = LLMClient(load_params(self.params_path).llm,
+                                 backends={"llamacpp": lambda cfg: SCRIPTED["backend"]})
+
+
+class WordEmbedder(dg.ConfigurableResource):
+    """Bag-of-words vectors over a hashed vocabulary: texts with the same words are identical vectors."""
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), 512), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in "".join(c if c.isalnum() else " " for c in t.lower()).split():
+                out[i, sum(map(ord, w)) % 512] += 1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms == 0, 1, norms)
+
+
+def _user(job: Job) -> str:
+    return job.messages[-1]["content"]
+
+
+def clarilm_responder(job: Job, idx: int) -> str:
+    """Plausible replies for every ClariLM prompt, keyed by the schema's fields."""
+    props = (job.json_schema or {}).get("properties", {})
+    text = _user(job)
+    if "is_clarification" in props:  # extraction: an exchange is a clarification when the reply is short
+        reply = text.split('q_next: "')[-1].split('"')[0]
+        ok = len(reply.split()) >= 3 and not reply.lower().startswith(("yes", "no", "what", "tell"))
+        return json.dumps({"is_clarification": ok, "query": "", "clarifying_question": "",
+                           "refined_query": reply if ok else "", "facet": "the missing detail" if ok else ""})
+    if "context_independent" in props:  # Q^L filter
+        q = text.split('"')[1]
+        return json.dumps({"context_independent": q != "what about it", "well_formed": True, "reason": "r"})
+    if "topic" in props:  # Q^G generation: the nurse's first question repeats a logged one; students repeat
+        persona = text.split("Here is a person:\n")[1].split("\n")[0]
+        if "night-shift nurse" in persona and job.sampling["seed"] == 0:
+            return json.dumps({"topic": "laptops", "question": "Can you recommend a good laptop?"})
+        if "computer science student" in persona:
+            return json.dumps({"topic": "python", "question": "How do I learn Python fast?"})
+        return json.dumps({"topic": "life", "question": f"What should a {persona[:30]} plan for {job.sampling['seed']}?"})
+    if "question" in props:  # Q^G transformation
+        original = text.split('Original message: "')[1].split('"')[0]
+        return json.dumps({"question": original + (" I live in Lyon." if "Add one" in text else "")})
+    return "{}"
+
+
+def _params(tmp_path: Path, **sections) -> str:
+    data = {"llm": {"cache_path": str(tmp_path / "cache.sqlite")}, "quality": {"max_error_rate": 0.2},
+            "logs": {"default_log_date": "2024-05-01"}}
+    for k, v in sections.items():
+        data.setdefault(k, {}).update(v)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def _run(tmp_path, monkeypatch, modules, responder=clarilm_responder, fail=None, **sections):
+    monkeypatch.chdir(tmp_path)
+    if not (tmp_path / "data").exists():
+        shutil.copytree(REPO / "data", tmp_path / "data", ignore=shutil.ignore_patterns("*.py"))
+    SCRIPTED["backend"] = ScriptedBackend(responder, fail)
+    params = _params(tmp_path, **sections)
+    groups = {m.GROUP for m in modules}
+    checks = [c for c in build_checks() if next(iter(c.check_keys)).asset_key.path[0] in groups]
+    return dg.materialize(
+        [*dg.load_assets_from_modules(modules), *checks],
+        resources={"io_manager": WarehouseIOManager(), "params": ParamsResource(path=params),
+                   "llm": ScriptedLLM(params_path=params), "embedder": WordEmbedder()},
+        raise_on_error=False,
+    )
+
+
+def _read(tmp_path, group, name) -> pl.DataFrame:
+    return pl.read_parquet(tmp_path / "assets" / group / f"{name}.parquet")
+
+
+def _checks_pass(result):
+    checks = result.get_asset_check_evaluations()
+    assert checks and all(c.passed for c in checks), [(c.check_name, c.metadata) for c in checks if not c.passed]
+    return {c.check_name for c in checks}
+
+
+def test_logs_group_on_the_shipped_sample(tmp_path, monkeypatch):
+    result = _run(tmp_path, monkeypatch, [logs])
+    assert result.success
+    assert {"gx_raw_logs", "gx_raw_logs_rejected", "gx_log_candidates", "gx_log_clarifications"} <= _checks_pass(result)
+    raw = _read(tmp_path, "logs", "raw_logs")
+    rej = _read(tmp_path, "logs", "raw_logs_rejected")
+    assert raw["conversation_id"].n_unique() == 37 and rej.height == 7
+    assert sorted(rej["reason"]) == sorted(["invalid_json", "missing_role", "empty_text", "wrong_type", "not_utf8",
+                                            "oversized_message", "duplicate_conversation_id"])
+    cand = _read(tmp_path, "logs", "log_candidates")
+    assert cand.height == raw.filter(pl.col("role") == "assistant").height
+    assert int(cand["kept"].sum()) == 17
+    clar = _read(tmp_path, "logs", "log_clarifications")
+    assert clar.height == 17 and set(clar["status"]) == {"ok"}
+    # the scripted extractor rejects "Yes, show me the formula." and "No thanks. Who wrote Macbeth?"
+    assert set(clar.filter(~pl.col("kept"))["candidate_id"]) >= {"wc-04:1", "wc-05:1"}
+    kept = clar.filter("kept")
+    assert kept["facet"].null_count() == 0 and (kept["filled_from_log"].list.len() == 2).all()
+    assert len(SCRIPTED["backend"].jobs) == 17  # one extraction call per candidate
+
+
+def test_logs_max_extractions_keeps_skipped_rows(tmp_path, monkeypatch):
+    result = _run(tmp_path, monkeypatch, [logs], logs={"max_extractions": 5})
+    assert result.success
+    _checks_pass(result)
+    clar = _read(tmp_path, "logs", "log_clarifications")
+    assert clar.height == 17 and (clar["status"] == "skipped").sum() == 12
+    assert len(SCRIPTED["backend"].jobs) == 5
+
+
+def test_logs_llm_errors_become_rows_and_fail_the_error_rate_check(tmp_path, monkeypatch):
+    result = _run(tmp_path, monkeypatch, [logs], fail=lambda job: "RuntimeError: down")
+    clar = _read(tmp_path, "logs", "log_clarifications")
+    assert clar.height == 17 and set(clar["status"]) == {"llm_error"} and not clar["kept"].any()
+    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+    assert checks["gx_log_clarifications"] is False and checks["gx_raw_logs"] is True
+
+
+def test_questions_group(tmp_path, monkeypatch):
+    result = _run(tmp_path, monkeypatch, [logs, questions], questions={"n_personas": 3, "questions_per_persona": 2})
+    assert result.success
+    assert {"gx_seed_questions_ql", "gx_personas", "gx_seed_questions_qg"} <= _checks_pass(result)
+    ql = _read(tmp_path, "questions", "seed_questions_ql")
+    assert ql.height == 37  # one row per kept conversation
+    reasons = dict(ql.group_by("reject_reason").len().iter_rows())
+    assert reasons == {None: 31, "not_english": 2, "context_dependent": 1, "duplicate": 3}
+    # the Parquet file repeats three ShareGPT first questions word for word: exact duplicates
+    dup = ql.filter(pl.col("question_id") == "ql-sg-00").row(0, named=True)
+    assert (dup["duplicate_of"], dup["dedup_reason"], dup["kept"]) == ("ql-pq-00", "exact", False)
+    assert ql.filter("kept")["log_answer"].null_count() == 0
+    p = _read(tmp_path, "questions", "personas")
+    assert p.height == 12 and p.filter("selected")["persona_id"].to_list() == ["nurse", "student", "retiree"]
+    qg = _read(tmp_path, "questions", "seed_questions_qg").sort("question_id")
+    assert qg.height == 6
+    # 6 rows at 80/10/10 by largest remainder: 5 keep, 1 enrich, 0 simplify
+    assert dict(qg.group_by("transformation").len().iter_rows()) == {"keep": 5, "enrich": 1}
+    assert qg.select("question_id", "kept", "reject_reason", "duplicate_of").rows() == [
+        ("qg-nurse-00", False, "duplicate_of_ql", "ql-pq-00"), ("qg-nurse-01", True, None, None),
+        ("qg-retiree-00", True, None, None), ("qg-retiree-01", True, None, None),
+        ("qg-student-00", True, None, None), ("qg-student-01", False, "duplicate", "qg-student-00")]
+    enriched = qg.filter(pl.col("transformation") == "enrich").row(0, named=True)
+    assert enriched["question"].endswith("I live in Lyon.") and enriched["transform_status"] == "ok"
+    assert enriched["original_question"] + " I live in Lyon." == enriched["question"]
+    # demonstrations come from kept Q^L questions
+    kept_ql = set(ql.filter("kept")["question"])
+    assert all(set(d) <= kept_ql for d in qg["demos"]) and all(len(d) == 3 for d in qg["demos"])
+    q = _read(tmp_path, "questions", "question_set")
+    assert q.height == 31 + 4 and q["question_source"].to_list()[:4] == ["log", "generated", "log", "generated"]
+    assert q["selected"].all()  # questions.max_selected unset
