@@ -12,6 +12,11 @@ BIN = Path(sys.executable).parent
 
 TINY = {
     "llm": {"cache_path": ".cache/llm_cache.sqlite"},
+    # ClariLM (logs -> questions -> facets -> annotations): ~20 short LLM calls in all
+    "logs": {"max_extractions": 3},
+    "questions": {"ql_max_llm_checks": 4, "n_personas": 1, "questions_per_persona": 2, "max_selected": 2},
+    "facets": {"log_samples": 2, "llm_max_facets": 2},
+    "annotations": {"max_candidates": 3, "max_question_pairs": 1, "answer_max_tokens": 64, "reasoning_max_tokens": 160},
     "benchmark": {"n_per_subtype": 1, "subtypes": ["lexical"], "personas": ["precise", "off_focus"]},
     "evaluation": {"subject_max_tokens": 32},
 }
@@ -19,7 +24,7 @@ TINY = {
 
 def make_project(tmp_path: Path) -> Path:
     """A throwaway git + DVC checkout of the project with tiny params (real code, real embedded model)."""
-    for name in ("dagster_project", "expectations"):
+    for name in ("dagster_project", "expectations", "data"):  # data/: inputs shipped with the repo (stage deps)
         shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("dvc.yaml", ".dvcignore"):
         shutil.copy(REPO / name, tmp_path / name)

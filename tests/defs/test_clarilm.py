@@ -11,7 +11,7 @@ import yaml
 from fakes import ScriptedBackend
 
 from dagster_project.core.config import load_params
-from dagster_project.defs import logs, questions
+from dagster_project.defs import annotations, facets, logs, questions
 from dagster_project.defs.checks import build_checks
 from dagster_project.resources.llm import Job, LLMClient, LLMResource
 from dagster_project.resources.params import ParamsResource
@@ -65,6 +65,19 @@ def clarilm_responder(job: Job, idx: int) -> str:
     if "question" in props:  # Q^G transformation
         original = text.split('Original message: "')[1].split('"')[0]
         return json.dumps({"question": original + (" I live in Lyon." if "Add one" in text else "")})
+    if "choice" in props:  # CoTAP: ask (first candidate) for generated questions, answer logged ones
+        n = job.json_schema["properties"]["choice"]["maximum"]
+        choice = 1 if "Here is a direct answer." in text and n >= 1 else 0
+        return json.dumps({"reasoning": "Thinking it through.", "choice": choice, "rationale": "because"})
+    if "answer" in props:  # direct answer for generated questions
+        return json.dumps({"answer": "Here is a direct answer."})
+    if "facets" in props:  # FM-LLM: one facet shared with FM-LOG, one of its own
+        return json.dumps({"facets": [{"facet": "the location", "clarifying_question": "Where are you located?"},
+                                      {"facet": "the deadline", "clarifying_question": "By when do you need it?"}]})
+    if "facet" in props:  # FM-LOG: samples 0 and 1 agree (exact duplicate), sample 2 differs
+        if idx < 2:
+            return json.dumps({"facet": "the location", "clarifying_question": "Where are you located?"})
+        return json.dumps({"facet": "the budget", "clarifying_question": "How much can you spend?"})
     return "{}"
 
 
@@ -173,3 +186,65 @@ def test_questions_group(tmp_path, monkeypatch):
     q = _read(tmp_path, "questions", "question_set")
     assert q.height == 31 + 4 and q["question_source"].to_list()[:4] == ["log", "generated", "log", "generated"]
     assert q["selected"].all()  # questions.max_selected unset
+
+
+def test_facets_group(tmp_path, monkeypatch):
+    result = _run(tmp_path, monkeypatch, [logs, questions, facets], questions={"max_selected": 4},
+                  facets={"log_samples": 3})
+    assert result.success
+    assert {"gx_facet_candidates_log", "gx_facet_candidates_llm", "gx_facet_candidates"} <= _checks_pass(result)
+    q = _read(tmp_path, "questions", "question_set")
+    selected = q.filter("selected")["question_id"].to_list()
+    assert len(selected) == 4
+    log = _read(tmp_path, "facets", "facet_candidates_log")
+    assert log.height == 4 * 3 and set(log["question_id"]) == set(selected)
+    assert dict(log.group_by("reject_reason").len().iter_rows()) == {None: 8, "exact_duplicate": 4}
+    # demos for FM-LOG come from the log-mined tuples
+    fm_log_prompt = next(j for j in SCRIPTED["backend"].jobs
+                         if j.json_schema and set(j.json_schema["properties"]) == {"facet", "clarifying_question"})
+    assert "In real conversations, users clarified requests like these:" in fm_log_prompt.messages[-1]["content"]
+    assert "(no logged examples)" not in fm_log_prompt.messages[-1]["content"]
+    llm = _read(tmp_path, "facets", "facet_candidates_llm")
+    assert llm.height == 4 * 2 and llm["kept"].all()
+    fused = _read(tmp_path, "facets", "facet_candidates")
+    assert fused.height == 8 + 8
+    kept = fused.filter("kept")
+    # per question: "the location" (log, absorbs the llm copy), "the budget" (log), "the deadline" (llm)
+    assert kept.height == 4 * 3
+    assert sorted(kept.filter(pl.col("question_id") == selected[0])["facet"]) == ["the budget", "the deadline",
+                                                                                  "the location"]
+    loc = kept.filter(pl.col("facet") == "the location")
+    assert (loc["origin"] == "log").all() and loc["merged_origins"].to_list() == [["llm", "log"]] * 4
+
+
+def test_annotations_group_and_trl_exports(tmp_path, monkeypatch):
+    from datasets import load_dataset
+
+    result = _run(tmp_path, monkeypatch, [logs, questions, facets, annotations], questions={"max_selected": 4},
+                  facets={"log_samples": 2}, annotations={"max_question_pairs": 1})
+    assert result.success
+    assert {"gx_cotap_annotations", "gx_preference_pairs", "gx_sft_dataset", "gx_dpo_dataset"} <= _checks_pass(result)
+    cotap = _read(tmp_path, "annotations", "cotap_annotations").sort("question_id")
+    assert cotap.height == 4 and set(cotap["status"]) == {"ok"}
+    # Q is interleaved log / generated: 2 logged questions (answered from the log), 2 generated (asked)
+    assert dict(cotap.group_by("question_source", "decision").len().select(
+        pl.concat_str("question_source", "decision", separator="/"), "len").iter_rows()) == {
+        "log/answer": 2, "generated/ask": 2}
+    assert set(cotap.filter(pl.col("question_source") == "log")["answer_source"]) == {"log"}
+    # candidates per question: "the location" (log, absorbed the llm copy), "the deadline" (llm)
+    assert cotap["candidates"].list.len().to_list() == [2, 2, 2, 2]
+    pairs = _read(tmp_path, "annotations", "preference_pairs")
+    assert dict(pairs.group_by("type").len().iter_rows()) == {
+        "clarify_over_answer": 2, "better_question": 2, "answer_over_clarify": 2}
+    sft = _read(tmp_path, "annotations", "sft_dataset")
+    dpo = _read(tmp_path, "annotations", "dpo_dataset")
+    assert sft.height == 4 and dpo.height == 6
+    hf = str(tmp_path / "hf")
+    s = load_dataset("json", data_files=str(tmp_path / "assets/annotations/sft_dataset.jsonl"), split="train",
+                     cache_dir=hf)
+    d = load_dataset("json", data_files=str(tmp_path / "assets/annotations/dpo_dataset.jsonl"), split="train",
+                     cache_dir=hf)
+    assert s.column_names == ["messages"] and s.num_rows == 4
+    assert d.column_names == ["prompt", "chosen", "rejected"] and d.num_rows == 6
+    assert [m["role"] for m in s[0]["messages"]] == ["system", "user", "assistant"]
+    assert d[0]["prompt"][-1]["role"] == "user" and d[0]["chosen"][0]["content"].startswith("Need clarification:")
