@@ -204,6 +204,39 @@ class AnnotationsConfig(_Strict):
     export_jsonl: bool = True
 
 
+class IntentsConfig(_Strict):
+    """Intent classification with clarification (seed: "Scaling Intent Understanding"). Demo sizes; paper sizes
+    in params.yaml comments."""
+
+    dataset: str = "data/intents/utterances.csv"       # text, intent, optional split (CSV / JSONL / JSON / Parquet)
+    catalog: str = "data/intents/catalog.jsonl"        # name, description, examples
+    few_shot: str | None = "data/intents/few_shot.jsonl"  # demo dialogues for the assistant prompt ({"messages": [...]})
+    ood_label: str = "out_of_domain"                   # rows with this intent are out-of-domain test utterances
+    test_fraction: float = Field(0.3, ge=0.0, lt=1.0)  # only for rows without a split
+    seed: int = 0
+    examples_per_intent: int = Field(2, ge=0)          # catalogue examples shown in prompts
+    generation_temperature: float = Field(0.7, ge=0.0, le=2.0)
+    n_edit_train: int = Field(3, ge=0)                 # edit method: source utterances per split
+    n_edit_test: int = Field(2, ge=0)
+    n_pair_train: int = Field(1, ge=0)                 # intent-pair method: pairs per split (2 queries each)
+    n_pair_test: int = Field(1, ge=0)
+    n_unambiguous_train: int = Field(4, ge=0)          # single-turn conversations from tagged utterances
+    max_turns: int = Field(3, gt=0)                    # assistant turns per conversation
+    structured_output: bool = True                     # assistant replies as JSON (false: the paper's plain text)
+    assistant_max_tokens: int = Field(96, gt=0)
+    user_temperature: float = Field(0.7, ge=0.0, le=2.0)
+    judge_unambiguous: bool = False                    # false: unambiguous queries carry enough information by construction
+    alpha: float = Field(0.5, ge=0.0, le=1.0)          # SDRS weight on A
+    keep_percentile: float = Field(85.0, gt=0.0, le=100.0)
+    require_correct: bool = True                       # never train on a conversation whose final intent is wrong
+    sweep_percentiles: list[float] = Field(default_factory=lambda: [100.0, 90.0, 85.0, 80.0, 75.0, 65.0])
+    ood_fraction: float = Field(0.2, ge=0.0, le=1.0)   # label dropout share of unambiguous training conversations
+    n_test_unambiguous: int = Field(3, ge=0)
+    n_test_ood: int = Field(2, ge=0)                   # user-provided out-of-domain utterances
+    n_test_dropout: int = Field(2, ge=0)               # label-dropout OOD made from unambiguous test utterances
+
+
+
 class Params(_Strict):
     llm: LLMConfig = Field(default_factory=LLMConfig)
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
@@ -214,6 +247,7 @@ class Params(_Strict):
     questions: QuestionsConfig = Field(default_factory=QuestionsConfig)
     facets: FacetsConfig = Field(default_factory=FacetsConfig)
     annotations: AnnotationsConfig = Field(default_factory=AnnotationsConfig)
+    intents: IntentsConfig = Field(default_factory=IntentsConfig)
 
 
 class ParamsError(ValueError):

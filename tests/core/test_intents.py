@@ -1,0 +1,390 @@
+"""core/intents.py and the SDRS / ARS metrics on hand-computed cases (no Dagster, no model)."""
+
+import json
+
+import polars as pl
+import pytest
+
+from dagster_project.core import intents as I
+from dagster_project.core.chat import ChatResult
+from dagster_project.core.metrics import QUALITY_SCALES, ambiguity_resolution_score, sdrs, turn_quality
+
+NAMES = ["track_order", "cancel_order", "return_item"]
+
+
+# --------------------------------------------------------------------------- ARS (Appendix D)
+
+@pytest.mark.parametrize("action,enough,expected", [
+    ("intent", True, 1), ("intent", False, 0),          # predicting: right only with enough information
+    ("clarify", True, 0), ("clarify", False, 1),        # asking: right only without it
+    ("out_of_domain", True, 1), ("out_of_domain", False, 0),  # "out of domain" is a prediction
+    ("invalid", True, 0), ("invalid", False, 0),        # an unusable reply is never right
+])
+def test_ars_table(action, enough, expected):
+    assert ambiguity_resolution_score(action, enough) == expected
+
+
+def test_turn_quality_is_the_product_of_the_five_ratings():
+    v = {"relevance": 0.5, "conciseness": 1.0, "repetition_avoidance": 0.5, "factuality": 1.0, "politeness": 1.0}
+    assert turn_quality(v) == 0.25
+    assert turn_quality({**v, "politeness": 0.0}) == 0.0
+    assert QUALITY_SCALES["relevance"] == {"relevant": 1.0, "moderately relevant": 0.5, "not relevant": 0.0}
+
+
+# --------------------------------------------------------------------------- SDRS (§2.3)
+
+def test_sdrs_single_turn_is_A():
+    assert sdrs([1], None, correct=True) == {"A": 1.0, "R": None, "SDRS": 1.0}
+    # asked nothing but predicted without enough information: A = 0, so SDRS = 0 although correct
+    assert sdrs([0], None, correct=True)["SDRS"] == 0.0
+
+
+def test_sdrs_multi_turn_hand_computed():
+    # 3 turns: ask (1), ask when it should have predicted (0), predict (1) -> A = 2/3
+    # quality of the two non-final turns: 1 and 0.25 -> R = 0.625; alpha 0.5 -> SDRS = 0.5*2/3 + 0.5*0.625
+    out = sdrs([1, 0, 1], [1.0, 0.25], correct=True, alpha=0.5)
+    assert out["A"] == pytest.approx(2 / 3) and out["R"] == pytest.approx(0.625)
+    assert out["SDRS"] == pytest.approx(0.5 * 2 / 3 + 0.5 * 0.625)
+    assert sdrs([1, 1], [0.5], correct=True, alpha=0.8)["SDRS"] == pytest.approx(0.8 * 1 + 0.2 * 0.5)
+
+
+def test_sdrs_zero_for_wrong_intent_and_max_turns():
+    wrong = sdrs([1, 1], [1.0], correct=False)
+    assert wrong["SDRS"] == 0.0 and wrong["A"] == 1.0  # A and R are still reported
+    assert sdrs([1, 1, 1], [1.0, 1.0], correct=False, max_turns_reached=True)["SDRS"] == 0.0
+    assert sdrs([1, 1], [1.0], correct=True, max_turns_reached=True)["SDRS"] == 0.0
+
+
+def test_sdrs_missing_inputs_and_bad_shapes():
+    assert sdrs([1, None], [1.0], correct=True)["SDRS"] is None  # judge failed on a turn
+    assert sdrs([1, 1], [None], correct=True)["SDRS"] is None
+    assert sdrs([1, None], [1.0], correct=False)["SDRS"] == 0.0  # a wrong intent needs no judge
+    with pytest.raises(ValueError, match="non-final"):
+        sdrs([1, 1, 1], [1.0], correct=True)
+    with pytest.raises(ValueError):
+        sdrs([], None, correct=True)
+
+
+# --------------------------------------------------------------------------- parsing assistant replies
+
+@pytest.mark.parametrize("raw,action,text", [
+    ("track_order", "intent", "track_order"),
+    ("  Track Order. ", "intent", "track_order"),
+    ("Intent: cancel-order", "intent", "cancel_order"),
+    ('"return_item"', "intent", "return_item"),
+    ("out of domain", "out_of_domain", "out of domain"),
+    ("Out_of_domain.", "out_of_domain", "out of domain"),
+    ("Do you want to track the order or cancel it?", "clarify", "Do you want to track the order or cancel it?"),
+    ("The intent is track_order.", "intent", "track_order"),  # one candidate named, no question mark
+    ("I think track_order or cancel_order", "invalid", "I think track_order or cancel_order"),
+    ("blah blah", "invalid", "blah blah"),
+    ("", "invalid", ""),
+])
+def test_parse_assistant_plain_text(raw, action, text):
+    r = I.parse_assistant_reply(raw, NAMES)
+    assert (r.action, r.text) == (action, text)
+    assert (r.error is None) == (action != "invalid")
+
+
+def test_parse_assistant_json():
+    j = json.dumps
+    assert I.parse_assistant_reply(j({"action": "predict_intent", "intent": "return_item", "question": ""}),
+                                   NAMES).intent == "return_item"
+    q = I.parse_assistant_reply(j({"action": "ask_clarifying_question", "intent": "none", "question": " Which? "}), NAMES)
+    assert (q.action, q.text) == ("clarify", "Which?")
+    assert I.parse_assistant_reply(j({"action": "out_of_domain", "intent": "none", "question": ""}),
+                                   NAMES).action == "out_of_domain"
+    # an intent outside the candidate list (e.g. after label dropout), an empty question, an unknown action
+    assert I.parse_assistant_reply(j({"action": "predict_intent", "intent": "pay", "question": ""}), NAMES).action \
+        == "invalid"
+    assert I.parse_assistant_reply(j({"action": "ask_clarifying_question", "intent": "none", "question": ""}),
+                                   NAMES).error == "empty clarifying question"
+    assert I.parse_assistant_reply(j({"action": "dance"}), NAMES).action == "invalid"
+    assert I.parse_assistant_reply('{"action": "predict_intent", "intent": "track', NAMES).action == "invalid"
+
+
+def test_render_reply_round_trips():
+    for raw in ("track_order", "Which one?", "out of domain"):
+        r = I.parse_assistant_reply(raw, NAMES)
+        assert I.parse_assistant_reply(I.render_reply(r, structured=True), NAMES) == r
+        assert I.render_reply(r, structured=False) == r.text
+
+
+# --------------------------------------------------------------------------- input files and quarantine
+
+def test_read_records_and_quarantine(tmp_path):
+    f = tmp_path / "u.jsonl"
+    f.write_bytes(b'{"text": "where is my parcel", "intent": "track_order"}\n'
+                  b'{"text": "cancel it", "intent": "cancel_order", "split": "test"}\n'
+                  b'not json\n'
+                  b'[1, 2]\n'
+                  b'{"text": "", "intent": "track_order"}\n'
+                  b'{"text": "bad \xff byte", "intent": "track_order"}\n'
+                  b'{"text": "WHERE is  my parcel", "intent": "cancel_order"}\n'
+                  b'{"text": "upgrade", "intent": "membership"}\n'
+                  b'{"text": "fly me to Rome", "intent": "out_of_domain"}\n'
+                  b'{"text": "return it", "intent": "return_item", "split": "holdout"}\n'
+                  b'{"text": "send it back", "intent": "return_item"}\n'
+                  b'{"text": "shoes back please"}\n')
+    recs, bad = I.read_records(f)
+    assert [b["_record"] for b in bad] == [3, 4]
+    assert bad[0]["reason"].startswith("malformed JSON") and "got list" in bad[1]["reason"]
+    kept, rej = I.validate_utterances(recs, bad, str(f), NAMES, "out_of_domain", test_fraction=0.0, seed=0)
+    assert kept["text"].to_list() == ["where is my parcel", "cancel it", "fly me to Rome", "send it back"]
+    assert kept["split"].to_list() == ["train", "test", "train", "train"]
+    assert kept["is_ood"].to_list() == [False, False, True, False]
+    reasons = dict(zip(rej["record"].to_list(), rej["reason"].to_list()))
+    assert reasons[5] == "empty text"
+    assert reasons[6].startswith("bad encoding")
+    assert reasons[7] == "duplicate of record 1"
+    assert reasons[8].startswith("unknown intent 'membership'")
+    assert reasons[10].startswith("unknown split 'holdout'")
+    assert reasons[12] == "missing intent"
+    assert kept.height + rej.height == 12  # nothing dropped silently
+
+
+def test_missing_field_names_file_and_field(tmp_path):
+    f = tmp_path / "u.csv"
+    f.write_text("utterance,label\nhi,track_order\n")
+    recs, bad = I.read_records(f)
+    with pytest.raises(I.InputFileError, match=r"u\.csv: no field 'text'.*utterance"):
+        I.validate_utterances(recs, bad, str(f), NAMES, "ood", 0.3, 0)
+    with pytest.raises(I.InputFileError, match="file not found"):
+        I.read_records(tmp_path / "nope.csv")
+    with pytest.raises(I.InputFileError, match="unsupported format"):
+        (tmp_path / "x.txt").write_text("a")
+        I.read_records(tmp_path / "x.txt")
+
+
+def test_split_assignment_is_seeded_and_stratified():
+    recs = [{"text": f"t{i}", "intent": NAMES[i % 3], "_record": i + 1} for i in range(30)]
+    a, _ = I.validate_utterances(recs, [], "x", NAMES, "ood", 0.3, seed=7)
+    b, _ = I.validate_utterances(recs, [], "x", NAMES, "ood", 0.3, seed=7)
+    assert a["split"].to_list() == b["split"].to_list()
+    per = a.filter(pl.col("split") == "test").group_by("intent").len()
+    assert dict(per.iter_rows()) == {n: 3 for n in NAMES}  # round(0.3 * 10) per intent
+
+
+def test_catalog_validation(tmp_path):
+    recs = [{"name": "track_order", "description": "d", "examples": "a | b", "_record": 1},
+            {"name": "Track-Order", "_record": 2},
+            {"description": "no name", "_record": 3},
+            {"name": "out of domain", "_record": 4},
+            {"name": "cancel_order", "examples": [1, 2], "_record": 5},
+            {"name": "return_item", "_record": 6}]
+    cat = I.validate_catalog(recs, [], "c.jsonl", "out_of_domain")
+    assert cat["kept"].to_list() == [True, False, False, False, False, True]
+    assert cat["examples"][0].to_list() == ["a", "b"]
+    assert cat["reject_reason"][1].startswith("duplicate intent name")
+    assert I.Catalog.from_frame(cat).names == ["track_order", "return_item"]
+    with pytest.raises(I.InputFileError, match="c.jsonl: no usable intent"):
+        I.validate_catalog([{"description": "x", "_record": 1}], [], "c.jsonl", "ood")
+
+
+# --------------------------------------------------------------------------- top-percentile cut and sweep
+
+def _conv(sdrs_values, outcomes=None):
+    n = len(sdrs_values)
+    return pl.DataFrame({"conversation_id": [f"c{i}" for i in range(n)], "sdrs": sdrs_values,
+                         "outcome": outcomes or ["correct"] * n, "score_status": ["ok"] * n},
+                        schema_overrides={"sdrs": pl.Float64})
+
+
+def test_top_percentile_cut_counts_and_ties():
+    # 7 scored: ceil(7 * 0.85) = 6 kept. Sorted: c0 .9, c1 .8, c2 .5, c3 .5, c4 .5, c5 .5, c6 .1 -> c0..c5 kept
+    out = I.top_percentile_cut(_conv([0.9, 0.8, 0.5, 0.5, 0.5, 0.5, 0.1]), 85)
+    assert out.filter(pl.col("kept"))["conversation_id"].to_list() == ["c0", "c1", "c2", "c3", "c4", "c5"]
+    assert out["cut_sdrs"][0] == 0.5
+    assert out.filter(~pl.col("kept"))["removed_reason"][0] == "below the top 85% by SDRS (cut 0.500)"
+    # 65%: ceil(4.55) = 5 kept; the four 0.5 ties are split by conversation_id: c2, c3, c4 in, c5 out
+    out = I.top_percentile_cut(_conv([0.9, 0.8, 0.5, 0.5, 0.5, 0.5, 0.1]), 65)
+    kept = out.filter(pl.col("kept"))["conversation_id"].to_list()
+    assert kept == ["c0", "c1", "c2", "c3", "c4"]
+    c5 = out.filter(pl.col("conversation_id") == "c5").row(0, named=True)
+    assert c5["removed_reason"].startswith("tied at the cut SDRS 0.500") and c5["sdrs_rank"] == 6
+
+
+def test_cut_require_correct_and_unscored():
+    conv = _conv([1.0, 0.0, 0.7, None], ["correct", "wrong_intent", "correct", "correct"])
+    conv = conv.with_columns(score_status=pl.Series(["ok", "ok", "ok", "judge_parse_error"]))
+    out = I.top_percentile_cut(conv, 100, require_correct=True).sort("conversation_id")
+    assert out["kept"].to_list() == [True, False, True, False]
+    assert out["removed_reason"].to_list()[1] == "final outcome wrong_intent (require_correct)"
+    assert out["removed_reason"].to_list()[3] == "no SDRS (judge_parse_error)"
+    assert I.top_percentile_cut(conv, 100, require_correct=False).sort("conversation_id")["kept"].to_list() \
+        == [True, True, True, False]
+
+
+def test_keep_percentile_sweep_table4_layout():
+    conv = _conv([1.0, 0.8, 0.6, 0.4, 0.2, 0.0, 0.0, 0.0, 0.0, 0.0])
+    t = I.keep_percentile_sweep(conv, [100, 90, 85, 65])
+    assert t["n_kept"].to_list() == [10, 9, 9, 7]  # ceil(10 * p / 100)
+    assert t["mean_sdrs_kept"].to_list() == pytest.approx([0.3, 3.0 / 9, 3.0 / 9, 3.0 / 7])
+    assert t["cut_sdrs"].to_list() == [0.0, 0.0, 0.0, 0.0]
+
+
+# --------------------------------------------------------------------------- label dropout (§2.2.1)
+
+def test_label_dropout_mask_fraction_and_seed():
+    m = I.label_dropout_mask(10, 0.2, seed=3)
+    assert sum(m) == 2 and m == I.label_dropout_mask(10, 0.2, seed=3)
+    assert sum(I.label_dropout_mask(10, 0.25, seed=3)) == 3  # 2.5 rounds half up
+    assert sum(I.label_dropout_mask(9, 0.25, seed=3)) == 2  # 2.25
+    assert sum(I.label_dropout_mask(5, 0.0, seed=3)) == 0 and all(I.label_dropout_mask(4, 1.0, seed=0))
+    seeds = {tuple(I.label_dropout_mask(20, 0.3, seed=s)) for s in range(5)}
+    assert len(seeds) > 1  # the seed matters
+
+
+def _turns_for(seeds_and_msgs):
+    frames = []
+    for seed, msgs in seeds_and_msgs:
+        rows = [{"conversation_id": seed.conversation_id, "message_index": i, "speaker": sp, "text": tx,
+                 "status": "ok"} for i, (sp, tx) in enumerate(msgs)]
+        frames.append(pl.DataFrame(rows).with_columns(
+            candidate_intents=pl.lit(list(seed.candidates), pl.List(pl.Utf8))))
+    return pl.concat(frames)
+
+
+def test_training_conversations_label_dropout_removes_the_true_intent():
+    cat = I.Catalog(tuple(I.Intent(n, f"about {n}", (f"ex {n}",)) for n in NAMES))
+    una = [I.ConversationSeed(f"u{i}", "unambiguous", f"q{i}", f"text {i}", f"text {i}", NAMES[i % 3],
+                              tuple(NAMES), "train") for i in range(4)]
+    amb = I.ConversationSeed("a0", "ambiguous", "qa", "help", "cancel it", "cancel_order", tuple(NAMES), "train")
+    turns = _turns_for([(s, [("user", s.first_message), ("assistant", s.true_intent)]) for s in una]
+                       + [(amb, [("user", "help"), ("assistant", "Which?"), ("user", "cancel"),
+                                 ("assistant", "cancel_order")])])
+    conv = pl.DataFrame({"conversation_id": ["u0", "u1", "u2", "u3", "a0"],
+                         "kind": ["unambiguous"] * 4 + ["ambiguous"], "method": [None] * 4 + ["edit"],
+                         "split": ["train"] * 5, "query_id": ["q0", "q1", "q2", "q3", "qa"],
+                         "true_intent": [s.true_intent for s in una] + ["cancel_order"],
+                         "outcome": ["correct"] * 5, "n_turns": [1, 1, 1, 1, 2], "sdrs": [1.0, 1.0, 1.0, 1.0, 0.9],
+                         "score_status": ["ok"] * 5})
+    out = I.training_conversations(turns, conv, cat, [], 100, True, ood_fraction=0.5, seed=1, examples_per_intent=1)
+    drop = out.filter(pl.col("label_dropout"))
+    assert drop.height == 2 and drop["kept"].all()
+    for r in drop.iter_rows(named=True):
+        system = r["messages"][0]["content"]
+        assert f"- {r['true_intent']}:" not in system  # really absent from the candidate list
+        assert all(f"- {n}:" in system for n in r["candidate_intents"])
+        assert [m["role"] for m in r["messages"]] == ["system", "user", "assistant"]
+        assert r["messages"][-1]["content"] == I.OOD_TARGET and r["target"] == I.OOD_TARGET
+    a0 = out.filter(pl.col("conversation_id") == "a0").row(0, named=True)
+    assert [m["role"] for m in a0["messages"]] == ["system", "user", "assistant", "user", "assistant"]
+    assert a0["messages"][-1]["content"] == "cancel_order" and a0["kept"]
+    lines = I.trl_jsonl(out).splitlines()
+    assert len(lines) == 5 and all(list(json.loads(x)) == ["messages"] for x in lines)
+
+
+# --------------------------------------------------------------------------- simulation and scoring with a script
+
+def _catalog():
+    return I.Catalog(tuple(I.Intent(n, f"about {n}", ()) for n in NAMES))
+
+
+def _script(answers):
+    """chat() that answers each role's requests from a list of texts, in order."""
+    queues = {role: list(texts) for role, texts in answers.items()}
+    calls = []
+
+    def chat(role, reqs):
+        calls.append((role, len(reqs)))
+        return [ChatResult(texts=[queues[role].pop(0)], model="m") for _ in reqs]
+
+    return chat, calls
+
+
+def test_simulation_stops_at_prediction_or_max_turns():
+    ask = json.dumps({"action": "ask_clarifying_question", "intent": "none", "question": "Which?"})
+    pred = json.dumps({"action": "predict_intent", "intent": "cancel_order", "question": ""})
+    seeds = [I.ConversationSeed("a", "ambiguous", "qa", "help", "cancel my order", "cancel_order", tuple(NAMES),
+                                "train", "edit", max_turns=2),
+             I.ConversationSeed("b", "ambiguous", "qb", "help", "track it", "track_order", tuple(NAMES), "train",
+                                "edit", max_turns=2)]
+    # turn 1: both ask; users reply; turn 2: a predicts cancel_order (correct), b asks again (max turns)
+    chat, calls = _script({"assistant": [ask, ask, pred, ask],
+                           "user_simulator": ['{"reply": "cancel it"}', '{"reply": "tracking"}']})
+    t = I.simulate_conversations(seeds, chat, _catalog(), [], I.SimulationSettings())
+    assert calls == [("assistant", 2), ("user_simulator", 2), ("assistant", 2)]  # one batch per turn
+    conv = {r["conversation_id"]: r for r in t.group_by("conversation_id").agg(
+        pl.col("outcome", "n_assistant_turns", "llm_calls", "final_prediction").first()).to_dicts()}
+    assert conv["a"]["outcome"] == "correct" and conv["a"]["final_prediction"] == "cancel_order"
+    assert conv["b"]["outcome"] == "max_turns" and conv["b"]["final_prediction"] is None
+    assert conv["a"]["llm_calls"] == 3 and conv["b"]["n_assistant_turns"] == 2
+    a = t.filter(pl.col("conversation_id") == "a").sort("message_index")
+    assert a["speaker"].to_list() == ["user", "assistant", "user", "assistant"]
+    assert a["text"].to_list() == ["help", "Which?", "cancel it", "cancel_order"]
+
+    # scoring: judge says not enough then enough for both; every question rated top except b's 2nd (moderate)
+    top = {"relevance": "relevant", "conciseness": "concise", "repetition": "not repetitive",
+           "factuality": "not hallucinating", "politeness": "polite"}
+    judge, jcalls = _script({"judge": [
+        json.dumps({"judgments": ["not enough", "enough"]}), json.dumps({"judgments": ["not enough", "enough"]}),
+        json.dumps({"ratings": [top]}), json.dumps({"ratings": [top, {**top, "relevance": "moderately relevant"}]})]})
+    s = I.score_conversations(t, judge, _catalog(), alpha=0.5)
+    assert jcalls == [("judge", 2), ("judge", 2)]
+    sa = s.filter(pl.col("conversation_id") == "a").sort("assistant_turn")
+    assert sa["ars"].to_list() == [1, 1] and sa["A"][0] == 1.0 and sa["R"][0] == 1.0 and sa["sdrs"][0] == 1.0
+    sb = s.filter(pl.col("conversation_id") == "b").sort("assistant_turn")
+    assert sb["ars"].to_list() == [1, 0]  # asking once it was clear is wrong
+    assert sb["relevance"].to_list() == [1.0, 0.5] and sb["sdrs"][0] == 0.0  # max turns
+    assert sb["A"][0] == 0.5 and sb["R"][0] == 1.0  # R over the one non-final turn
+
+
+def test_simulation_failures_are_rows():
+    seeds = [I.ConversationSeed("a", "ambiguous", "qa", "help", "cancel", "cancel_order", tuple(NAMES), "train"),
+             I.ConversationSeed("b", "unambiguous", "qb", "xyz", "xyz", "track_order", tuple(NAMES), "train")]
+    ask = json.dumps({"action": "ask_clarifying_question", "intent": "none", "question": "Which?"})
+
+    def chat(role, reqs):
+        if role == "assistant":
+            return [ChatResult(texts=[ask], model="m"), ChatResult(texts=["garbage"], model="m")][:len(reqs)]
+        return [ChatResult(error="RuntimeError: down", model="m") for _ in reqs]
+
+    t = I.simulate_conversations(seeds, chat, _catalog(), [], I.SimulationSettings())
+    out = dict(t.group_by("conversation_id").agg(pl.col("outcome").first()).iter_rows())
+    assert out == {"a": "user_error", "b": "invalid_reply"}
+    assert t.filter(pl.col("conversation_id") == "a")["status"].to_list() == ["ok", "ok", "llm_error"]
+    judge, _ = _script({"judge": []})
+    s = I.score_conversations(t, judge, _catalog(), alpha=0.5).sort("conversation_id")
+    assert s["score_status"].to_list() == ["not_scored", "ok"]
+    assert s["sdrs"].to_list() == [None, 0.0]  # invalid reply: scored, SDRS 0; A from by-construction info: 0
+    assert s["ars"].to_list() == [None, 0]
+
+
+def test_judge_output_parsing():
+    assert I.parse_info_judgments('{"judgments": ["not enough", "Enough information"]}', 2) == ([False, True], None)
+    assert I.parse_info_judgments('{"judgments": ["enough"]}', 2)[1] == "expected 2 judgments, got 1"
+    assert "neither" in I.parse_info_judgments('{"judgments": ["maybe"]}', 1)[1]
+    ok = {"relevance": "Moderately Relevant", "conciseness": "not concise", "repetition": "somewhat repetitive",
+          "factuality": "hallucinating", "politeness": "polite"}
+    vals, err = I.parse_quality_ratings(json.dumps({"ratings": [ok]}), 1)
+    assert err is None and vals == [{"relevance": 0.5, "conciseness": 0.0, "repetition_avoidance": 0.5,
+                                     "factuality": 0.0, "politeness": 1.0}]
+    assert I.parse_quality_ratings(json.dumps({"ratings": [{**ok, "politeness": "rude"}]}), 1)[0] is None
+
+
+def test_edit_parsing_rejects_with_reasons():
+    src = pl.DataFrame({"utterance_id": ["u1"] * 5, "text": ["cancel my order"] * 5, "intent": ["cancel_order"] * 5,
+                        "split": ["train"] * 5})
+    replies = [
+        {"modified_query": "help with my order", "potential_intents": [
+            {"intent": "cancel_order", "reason": "a"}, {"intent": "track_order", "reason": "b"}]},
+        {"modified_query": "help", "potential_intents": [{"intent": "cancel_order", "reason": "a"}]},
+        {"modified_query": "help", "potential_intents": [{"intent": "track_order", "reason": "a"},
+                                                         {"intent": "return_item", "reason": "b"}]},
+        {"modified_query": "Cancel my  order", "potential_intents": [{"intent": "cancel_order", "reason": "a"},
+                                                                     {"intent": "track_order", "reason": "b"}]},
+        {"modified_query": "x"},
+    ]
+    res = [ChatResult(texts=[json.dumps(r)], model="m") for r in replies]
+    reqs = I.edit_requests(src, _catalog(), 1, 0.7)
+    out = I.parse_edits(src, reqs, res, NAMES)
+    assert out["kept"].to_list() == [True, False, False, False, False]
+    assert out["reject_reason"].to_list()[1:4] == ["fewer than two potential intents",
+                                                    "the true intent is not among the potential intents",
+                                                    "query unchanged"]
+    assert out["status"].to_list()[4] == "parse_error"
+    verified = I.apply_verification(out.head(1), [ChatResult(texts=[json.dumps(
+        {"ambiguous": True, "fitting_intents": ["cancel_order"], "reason": "r"})])], NAMES)
+    assert verified["kept"].to_list() == [False]
+    assert verified["reject_reason"].to_list() == ["verifier: fewer than two fitting intents"]
