@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
+import time
 from pathlib import Path
 
 import typer
@@ -51,21 +51,94 @@ def views() -> None:
     console.print(f"{len(names)} views in {WAREHOUSE}: {', '.join(names)}")
 
 
+def group_stages(defs, group: str) -> list[tuple[object, list]]:
+    """The group's assets in dependency order, cut into stages of one partitions definition each."""
+    graph = defs.resolve_asset_graph()
+    stages: list[tuple[object, list]] = []
+    for key in graph.toposorted_asset_keys:
+        node = graph.get(key)
+        if node.group_name != group or not node.is_materializable:
+            continue
+        pdef = node.partitions_def
+        if stages and stages[-1][0] == pdef:
+            stages[-1][1].append(key)
+        else:
+            stages.append((pdef, [key]))
+    return stages
+
+
+def materialize_group(defs, group: str, instance, partitions: list[str] | None = None,
+                      say=lambda m: None) -> list:
+    """Materialize every asset of a group in one process: unpartitioned stages as one run each, partitioned
+    stages as one run per partition key (all keys, or only ``partitions``). Stops after the first stage
+    with a failed run. Returns the runs' results (all succeeded = the group is built); every run is
+    recorded in ``instance``, so it shows in the UI."""
+    job = defs.resolve_implicit_global_asset_job_def()
+    stages = group_stages(defs, group)
+    if not stages:
+        say(f"no assets in group {group!r}")
+        return []
+    results = []
+    for pdef, keys in stages:
+        names = ", ".join(k.to_user_string() for k in keys)
+        runs: list = [None]
+        if pdef is not None:
+            runs = pdef.get_partition_keys(dynamic_partitions_store=instance)
+            if partitions:
+                unknown = sorted(set(partitions) - set(runs))
+                if unknown:
+                    raise ValueError(f"unknown partition(s) {unknown} for {names}; known: {runs}")
+                runs = [k for k in runs if k in partitions]
+        for pk in runs:
+            t0 = time.monotonic()
+            result = job.execute_in_process(asset_selection=keys, partition_key=pk, instance=instance,
+                                            raise_on_error=False)
+            say(f"{names}{f' [{pk}]' if pk else ''}: {'ok' if result.success else 'FAILED'} "
+                f"({time.monotonic() - t0:.1f}s)")
+            results.append(result)
+        if not all(r.success for r in results):
+            break
+    return results
+
+
 @app.command()
-def materialize(group: str, params: str = typer.Option("params.yaml", help="params file")) -> None:
-    """Materialize one asset group with Dagster, recording the run in the project's DAGSTER_HOME (used by dvc.yaml)."""
-    env = dict(os.environ)
-    home = Path(env.get("DAGSTER_HOME") or ".dagster").resolve()
+def materialize(group: str, params: str = typer.Option("params.yaml", help="params file"),
+                partition: list[str] = typer.Option(None, help="only these partition keys of partitioned assets, "
+                                                               "e.g. 'base|smollm2' (default: all)")) -> None:
+    """Materialize one asset group with Dagster (all partitions of partitioned assets), recording the runs in
+    the project's DAGSTER_HOME (used by dvc.yaml)."""
+    home = Path(os.environ.get("DAGSTER_HOME") or ".dagster").resolve()
     home.mkdir(parents=True, exist_ok=True)
-    env |= {"DAGSTER_HOME": str(home), "CLARIFY_PARAMS": params}
+    (home / "dagster.yaml").touch()
     try:
         load_params(params)
     except ParamsError as err:
         console.print(f"[red]{err}[/red]")
         raise typer.Exit(2) from None
-    cmd = [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "dagster_project.definitions",
-           "--select", f"group:{group}"]
-    raise typer.Exit(subprocess.call(cmd, env=env))
+    os.environ |= {"DAGSTER_HOME": str(home), "CLARIFY_PARAMS": params}
+    import dagster as dg
+
+    from dagster_project.definitions import defs
+
+    with dg.DagsterInstance.get() as instance:
+        try:
+            results = materialize_group(defs, group, instance, partition or None, say=console.print)
+        except ValueError as err:
+            console.print(f"[red]{err}[/red]")
+            raise typer.Exit(2) from None
+    raise typer.Exit(0 if results and all(r.success for r in results) else 1)
+
+
+@app.command()
+def report() -> None:
+    """Print where the evaluation report is (Markdown and self-contained HTML)."""
+    folder = Path(ASSETS_DIR) / "evaluation" / "report"
+    html, text = folder / "report.html", folder / "report.md"
+    if not html.exists():
+        console.print(f"[red]{html} not found: run `clarify materialize evaluation` (or `make demo`) first[/red]")
+        raise typer.Exit(1)
+    print(html.resolve())
+    print(text.resolve())
 
 
 @app.command()

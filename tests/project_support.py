@@ -21,7 +21,9 @@ TINY = {
     "facets": {"log_samples": 2, "llm_max_facets": 2},
     "annotations": {"max_candidates": 3, "max_question_pairs": 1, "answer_max_tokens": 64, "reasoning_max_tokens": 160},
     "benchmark": {"n_per_subtype": 1, "subtypes": ["lexical"], "personas": ["precise", "off_focus"]},
-    "evaluation": {"subject_max_tokens": 32},
+    "evaluation": {"subject_max_tokens": 32, "methods": ["base", "clarify_agent", "clarify_agent_no_planner"],
+                   "max_dialogues": None, "judge_per_subtype": 1, "judge_pairs": [["clarify_agent", "base"]],
+                   "bertscore": False},
 }
 
 

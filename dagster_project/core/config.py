@@ -109,9 +109,66 @@ class BenchmarkConfig(_Strict):
         return self
 
 
+METHOD_NAMES = (
+    "base", "majority_vote", "cot", "intent_sim", "at_cot", "clarify_agent",
+    "clarify_agent_no_planner", "clarify_agent_no_perceiver", "clarify_agent_no_forecaster",
+)
+MethodName = Literal[
+    "base", "majority_vote", "cot", "intent_sim", "at_cot", "clarify_agent",
+    "clarify_agent_no_planner", "clarify_agent_no_perceiver", "clarify_agent_no_forecaster",
+]
+BENCHMARK_DATASET = "clarifymt"
+
+
+class ExternalDatasetConfig(_Strict):
+    """A public clarification dataset on disk, imported into the dialogue/turn schema (core/external.py)."""
+
+    format: Literal["clamber", "clariq", "generic"]
+    path: str
+    limit: int | None = Field(None, gt=0, description="read at most this many records")
+    clariq_clarify_from: int = Field(2, ge=1, le=4, description="ClariQ clarification_need >= this -> clarify")
+
+
 class EvaluationConfig(_Strict):
-    methods: list[Literal["base"]] = Field(default_factory=lambda: ["base"])
+    methods: list[MethodName] = Field(default_factory=lambda: ["base"])
+    datasets: list[str] = Field(default_factory=lambda: [BENCHMARK_DATASET])
+    external: dict[str, ExternalDatasetConfig] = Field(default_factory=dict)
+    max_dialogues: int | None = Field(None, gt=0, description="per dataset; null = every dialogue (paper)")
+    sample_seed: int = 0
     subject_max_tokens: int = Field(64, gt=0)
+    reasoning_max_tokens: int = Field(192, gt=0, description="CoT / AT-CoT replies")
+    agent_max_tokens: int = Field(160, gt=0, description="each ClarifyAgent module")
+    vote_k: int = Field(5, ge=1, description="paper: 5")
+    vote_temperature: float = Field(0.7, ge=0.0, le=2.0)
+    intent_k: int = Field(5, ge=2, description="paper: 5")
+    intent_temperature: float = Field(0.7, ge=0.0, le=2.0)
+    intent_tau: float = Field(0.5, ge=-1.0, le=1.0, description="mean pairwise similarity below tau -> ask")
+    comparison_turn: int = Field(2, ge=1, description="paper Table 5 compares methods at turn 2")
+    agent_method: MethodName = "clarify_agent"
+    significance_alpha: float = Field(0.05, gt=0.0, lt=1.0)
+    judge_per_subtype: int = Field(2, ge=0, description="paper: 30")
+    judge_pairs: list[list[MethodName]] = Field(default_factory=list)
+    bertscore: bool = True
+    bertscore_layers: int = Field(6, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EvaluationConfig:
+        if len(set(self.methods)) != len(self.methods):
+            raise ValueError("evaluation.methods: a method is listed twice")
+        known = {BENCHMARK_DATASET, *self.external}
+        bad = sorted(set(self.datasets) - known)
+        if bad:
+            raise ValueError(f"evaluation.datasets: unknown {bad}; known: {sorted(known)} "
+                             "(add external ones under evaluation.external)")
+        if BENCHMARK_DATASET in self.external:
+            raise ValueError(f"evaluation.external: {BENCHMARK_DATASET!r} is reserved for the generated benchmark")
+        for pair in self.judge_pairs:
+            if len(pair) != 2 or pair[0] == pair[1]:
+                raise ValueError(f"evaluation.judge_pairs: each entry is two different methods, got {pair}")
+            missing = sorted(set(pair) - set(self.methods))
+            if missing:
+                raise ValueError(f"evaluation.judge_pairs: {missing} not in evaluation.methods")
+        return self
 
 
 def _iso_date(value: str | None, key: str) -> None:

@@ -121,3 +121,204 @@ def sdrs(ars: list[float], quality: list[float] | None, correct: bool, max_turns
     else:
         score = None if a is None or r is None else alpha * a + (1 - alpha) * r
     return {"A": a, "R": r, "SDRS": score}
+
+
+# --------------------------------------------------------------------------- ClarifyMT-Bench method comparison
+# (§5 Tables 3-6, Figure 3; ClariLM token-F1 / BERTScore / win-tie-lose)
+
+import re  # noqa: E402
+from collections import Counter  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+
+import numpy as np  # noqa: E402
+from scipy import stats  # noqa: E402
+from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS  # noqa: E402
+from sklearn.metrics import f1_score  # noqa: E402
+
+EVALUATION_BREAKDOWNS: dict[str, list[str]] = {**BREAKDOWNS, "by_persona_turn": ["persona", "turn"]}
+PERSONA_COLUMNS = ("precise", "partial_vague", "off_focus", "contradictory", "factually_wrong", "refusal")
+
+
+def evaluation_tables(pred: pl.DataFrame) -> pl.DataFrame:
+    """metric_tables per dataset x subject x method, plus persona x turn (Table 5 is its turn-2 slice)."""
+    if "dataset" not in pred.columns:
+        pred = pred.with_columns(dataset=pl.lit("clarifymt"))
+    frames = []
+    for name, keys in EVALUATION_BREAKDOWNS.items():
+        t = clarification_metrics(pred, ["dataset", "subject", "method", *keys])
+        frames.append(t.with_columns(pl.lit(name).alias("breakdown")))
+    out = pl.concat(frames, how="diagonal_relaxed")
+    for c, t in (("persona", pl.Utf8), ("subtype", pl.Utf8), ("turn", pl.Int64)):
+        if c not in out.columns:
+            out = out.with_columns(pl.lit(None, t).alias(c))
+    return out.select("breakdown", "dataset", "subject", "method", "persona", "subtype", "turn",
+                      "n", "accuracy", "under_clarification", "over_clarification", "invalid")
+
+
+def persona_spread(accuracies: Sequence[float]) -> tuple[float, float]:
+    """(Avg., Std.) over persona accuracies as in Tables 3/6: unweighted mean, population std (ddof=0)."""
+    if not accuracies:
+        return float("nan"), float("nan")
+    a = np.asarray(accuracies, dtype=float)
+    return float(a.mean()), float(a.std(ddof=0))
+
+
+def paired_significance(correct_a: Sequence[int], correct_b: Sequence[int]) -> dict[str, float | int]:
+    """Paired tests on per-turn correctness (1/0) of two methods on the same turns.
+
+    p_ttest: paired t-test (scipy.stats.ttest_rel), as in the paper's Table 5; 1.0 when every difference
+    is zero, 0.0 when every difference is the same non-zero value. p_mcnemar: exact McNemar test
+    (two-sided binomial test on the discordant pairs), the textbook test for paired binary outcomes.
+    """
+    a, b = np.asarray(correct_a, dtype=float), np.asarray(correct_b, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError("paired samples must have the same length")
+    d = a - b
+    n = len(d)
+    a_only, b_only = int(((a == 1) & (b == 0)).sum()), int(((a == 0) & (b == 1)).sum())
+    if n < 2 or not d.any():
+        t, p_t = 0.0, 1.0
+    elif d.std(ddof=1) == 0:
+        t, p_t = float("inf") * np.sign(d.mean()), 0.0
+    else:
+        res = stats.ttest_rel(a, b)
+        t, p_t = float(res.statistic), float(res.pvalue)
+    p_m = float(stats.binomtest(min(a_only, b_only), a_only + b_only, 0.5).pvalue) if a_only + b_only else 1.0
+    return {"n": n, "mean_diff": float(d.mean()) if n else 0.0, "t": t, "p_ttest": p_t,
+            "a_only": a_only, "b_only": b_only, "p_mcnemar": p_m}
+
+
+def decision_macro_f1(reference: Sequence[str], predicted: Sequence[str]) -> float:
+    """Macro-F1 of ask/answer (ClariLM); an invalid reply is a miss for its reference class."""
+    if not reference:
+        return float("nan")
+    return float(f1_score(list(reference), list(predicted), labels=["clarify", "answer"], average="macro",
+                          zero_division=0))
+
+
+def content_tokens(text: str | None) -> list[str]:
+    """Lower-cased alphanumeric tokens without English stopwords (scikit-learn's list)."""
+    return [t for t in re.findall(r"[a-z0-9]+", (text or "").lower()) if t not in ENGLISH_STOP_WORDS]
+
+
+def token_f1(candidate: str | None, reference: str | None) -> float:
+    """Bag-of-tokens F1 with stopwords removed (SQuAD convention: 1.0 if both are empty, 0.0 if one is)."""
+    c, r = content_tokens(candidate), content_tokens(reference)
+    if not c or not r:
+        return float(not c and not r)
+    common = sum((Counter(c) & Counter(r)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(c), common / len(r)
+    return 2 * precision * recall / (precision + recall)
+
+
+def bertscore_f1(candidates: Sequence[str], references: Sequence[str], model_path: str, num_layers: int = 6,
+                 batch_size: int = 64, score_fn=None) -> list[float]:
+    """BERTScore-F1 per pair with a local encoder folder (no hub); ``score_fn`` defaults to bert_score.score."""
+    if len(candidates) != len(references):
+        raise ValueError("candidates and references must pair up")
+    if not candidates:
+        return []
+    if score_fn is None:
+        from bert_score import score as score_fn
+    _, _, f1 = score_fn(list(candidates), list(references), model_type=str(model_path), num_layers=num_layers,
+                        lang="en", batch_size=batch_size, verbose=False)
+    return [float(x) for x in f1]
+
+
+def win_tie_lose(outcomes: Sequence[str]) -> dict[str, float | int]:
+    """Shares of win / tie / lose among outcomes (each 'win' | 'tie' | 'lose')."""
+    n = len(outcomes)
+    counts = Counter(outcomes)
+    bad = set(counts) - {"win", "tie", "lose"}
+    if bad:
+        raise ValueError(f"unknown outcomes {sorted(bad)}")
+    return {"n": n, **{k: (counts[k] / n if n else float("nan")) for k in ("win", "tie", "lose")}}
+
+
+def _scope_summary(frame: pl.DataFrame) -> pl.DataFrame:
+    keys = ["dataset", "subject", "method"]
+    base = clarification_metrics(frame, keys).join(
+        frame.group_by(keys).agg(pl.col("llm_calls").mean().alias("calls_per_turn")), on=keys, how="left")
+    f1 = [{"dataset": d, "subject": s, "method": m,
+           "macro_f1": decision_macro_f1(g["reference_action"].to_list(), g["action"].to_list())}
+          for (d, s, m), g in frame.group_by(keys)]
+    base = base.join(pl.DataFrame(f1, schema={**{k: pl.Utf8 for k in keys}, "macro_f1": pl.Float64}),
+                     on=keys, how="left")
+    by_p = clarification_metrics(frame.filter(pl.col("persona").is_in(PERSONA_COLUMNS)), [*keys, "persona"])
+    rows = []
+    for (d, s, m), g in by_p.group_by(keys):
+        accs = dict(zip(g["persona"], g["accuracy"]))
+        avg, std = persona_spread([accs[p] for p in PERSONA_COLUMNS if p in accs])
+        rows.append({"dataset": d, "subject": s, "method": m, **{p: accs.get(p) for p in PERSONA_COLUMNS},
+                     "persona_avg": avg, "persona_std": std})
+    wide = pl.DataFrame(rows, schema={**{k: pl.Utf8 for k in keys}, **{p: pl.Float64 for p in PERSONA_COLUMNS},
+                                      "persona_avg": pl.Float64, "persona_std": pl.Float64})
+    return base.join(wide, on=keys, how="left")
+
+
+def _significance(frame: pl.DataFrame, agent: str, alpha: float) -> pl.DataFrame:
+    keys = ["dataset", "subject"]
+    scored = frame.with_columns(correct=(pl.col("action") == pl.col("reference_action")).cast(pl.Int64))
+    rows = []
+    for (d, s), g in scored.group_by(keys):
+        ref = g.filter(pl.col("method") == agent).select("dialogue_id", "turn", "persona", agent_ok="correct")
+        if ref.is_empty():
+            continue
+        better_than: dict[str, list[str]] = {}
+        for m in sorted(set(g["method"]) - {agent}):
+            pair = ref.join(g.filter(pl.col("method") == m).select("dialogue_id", "turn", "correct"),
+                            on=["dialogue_id", "turn"], how="inner")
+            test = paired_significance(pair["agent_ok"].to_list(), pair["correct"].to_list())
+            personas = []
+            for p in PERSONA_COLUMNS:
+                pp = pair.filter(pl.col("persona") == p)
+                tp = paired_significance(pp["agent_ok"].to_list(), pp["correct"].to_list())
+                if tp["mean_diff"] > 0 and tp["p_ttest"] < alpha:
+                    personas.append(p)
+            better_than[m] = personas
+            rows.append({"dataset": d, "subject": s, "method": m, "reference_method": agent, "n_paired": test["n"],
+                         "p_ttest": test["p_ttest"], "p_mcnemar": test["p_mcnemar"],
+                         "agent_better_personas": personas})
+        everywhere = [p for p in PERSONA_COLUMNS if better_than and all(p in v for v in better_than.values())]
+        rows.append({"dataset": d, "subject": s, "method": agent, "reference_method": None, "n_paired": None,
+                     "p_ttest": None, "p_mcnemar": None, "agent_better_personas": everywhere})
+    return pl.DataFrame(rows, schema={"dataset": pl.Utf8, "subject": pl.Utf8, "method": pl.Utf8,
+                                      "reference_method": pl.Utf8, "n_paired": pl.Int64, "p_ttest": pl.Float64,
+                                      "p_mcnemar": pl.Float64, "agent_better_personas": pl.List(pl.Utf8)})
+
+
+def method_comparison(pred: pl.DataFrame, agent: str = "clarify_agent", comparison_turn: int = 2,
+                      alpha: float = 0.05, quality: pl.DataFrame | None = None) -> pl.DataFrame:
+    """One row per dataset x subject x method x scope (turn <comparison_turn> as in Table 5, and all turns).
+
+    Accuracy overall and per persona (P, PV, OF, CT, FA, RF), the personas' Avg. and Std. (Table 6),
+    under-/over-clarification, invalid share, ask/answer macro-F1, LLM calls per turn, and paired tests of
+    ``agent`` against each other method on the same turns (p_ttest, p_mcnemar). ``agent_better_personas``
+    lists the personas where the agent is significantly better (p_ttest < alpha) than that method; on the
+    agent's own row, the personas where it beats every other method. ``quality`` (per dataset x subject x
+    method: judge / token-F1 / BERTScore / win rates) is joined on when given.
+    """
+    if "dataset" not in pred.columns:
+        pred = pred.with_columns(dataset=pl.lit("clarifymt"))
+    if "llm_calls" not in pred.columns:
+        pred = pred.with_columns(llm_calls=pl.lit(None, pl.Int64))
+    frames = []
+    for scope, frame in ((f"turn_{comparison_turn}", pred.filter(pl.col("turn") == comparison_turn)),
+                         ("all_turns", pred)):
+        if frame.is_empty():
+            continue
+        summary = _scope_summary(frame).join(_significance(frame, agent, alpha),
+                                             on=["dataset", "subject", "method"], how="left")
+        frames.append(summary.with_columns(scope=pl.lit(scope)))
+    keys = ["dataset", "subject", "method"]
+    if not frames:
+        return pl.DataFrame()
+    out = pl.concat(frames, how="diagonal_relaxed")
+    if quality is not None and not quality.is_empty():
+        out = out.join(quality, on=keys, how="left")
+    first = ["dataset", "subject", "method", "scope", "n", "accuracy", *PERSONA_COLUMNS, "persona_avg",
+             "persona_std", "under_clarification", "over_clarification", "invalid", "macro_f1", "calls_per_turn"]
+    return out.select(*first, *[c for c in out.columns if c not in first]).sort("dataset", "subject", "scope",
+                                                                                "method")

@@ -23,7 +23,7 @@ import yaml
 
 from dagster_project.core.config import Params
 from dagster_project.resources.params import ParamsResource
-from dagster_project.resources.warehouse import ASSETS_DIR, asset_path
+from dagster_project.resources.warehouse import ASSETS_DIR, asset_path, read_asset
 
 SUITES_DIR = Path(__file__).resolve().parents[2] / "expectations"
 _REF = re.compile(r"^\$\{([\w.]+)\}$")
@@ -131,9 +131,10 @@ def _make_check(suite: Suite) -> dg.AssetChecksDefinition:
                     description=suite.description or f"Great Expectations suite for {suite.group}.{suite.asset}")
     def _check(params: ParamsResource) -> dg.AssetCheckResult:
         path = asset_path(ASSETS_DIR, suite.group, suite.asset)
-        if not path.exists():
+        frame = read_asset(ASSETS_DIR, suite.group, suite.asset)  # a file, or all partitions of one
+        if frame is None:
             return dg.AssetCheckResult(passed=False, metadata={"error": f"{path} not found"})
-        ok, results = validate_frame(pl.read_parquet(path), suite, params.load())
+        ok, results = validate_frame(frame, suite, params.load())
         failed = [k for k, v in results.items() if not v["success"]]
         return dg.AssetCheckResult(
             passed=ok, severity=dg.AssetCheckSeverity.ERROR,

@@ -70,3 +70,66 @@ def test_persona_pivot_avg_present_and_in_range():
 def test_persona_pivot_empty_without_persona_rows():
     tables = metric_tables(PRED).filter(pl.col("breakdown") != "by_persona")
     assert persona_pivot(tables).is_empty()
+
+
+# --------------------------------------------------------------------------- the full report (ReportInputs)
+
+from dagster_project.core.metrics import evaluation_tables, method_comparison  # noqa: E402
+from dagster_project.core.report import (  # noqa: E402
+    ReportInputs, question_quality, render_html, render_report, report_plots,
+)
+
+
+def _full_pred():
+    rows = []
+    for method, acts in (("clarify_agent", ["clarify", "answer"]), ("base", ["answer", "answer"]),
+                         ("clarify_agent_no_planner", ["clarify", "clarify"])):
+        for persona in ("precise", "refusal"):
+            for t, (ref, act) in enumerate(zip(["clarify", "answer"], acts), start=1):
+                rows.append({"dataset": "clarifymt", "subject": "s", "method": method, "dialogue_id": f"d-{persona}",
+                             "turn": t, "persona": persona, "subtype": "lexical", "reference_action": ref,
+                             "action": act, "status": "ok", "llm_calls": 1, "response": "Which?",
+                             "slots": '[{"name": "city", "state": "unfilled"}]' if method == "clarify_agent" else None,
+                             "rsc": False, "persona_forecast": None, "target_slot": "city", "decided_by": "planner",
+                             "step_errors": 0})
+    return pl.DataFrame(rows)
+
+
+def _inputs():
+    pred = _full_pred()
+    judge = pl.DataFrame({"dataset": ["clarifymt"] * 2, "subject": ["s"] * 2, "method": ["clarify_agent", "base"],
+                          "subtype": ["lexical"] * 2, "asked": [True, False], "score": [4, 0],
+                          "token_f1": [0.5, None], "bertscore_f1": [0.9, None]})
+    pairwise = pl.DataFrame({"dataset": ["clarifymt"], "subject": ["s"], "method_a": ["clarify_agent"],
+                             "method_b": ["base"], "outcome": ["win"], "judged_by": ["rule"]})
+    return ReportInputs(evaluation_tables(pred), method_comparison(pred, quality=question_quality(judge)), judge,
+                        pairwise, pred, max_dialogues=2, sample_seed=7)
+
+
+def test_question_quality_means():
+    q = question_quality(_inputs().judge_scores).to_dicts()
+    by = {r["method"]: r for r in q}
+    assert by["clarify_agent"]["judge_score"] == 4.0 and by["base"]["judge_score"] == 0.0
+    assert by["base"]["questions_asked"] == 0 and by["clarify_agent"]["bertscore_f1"] == 0.9
+
+
+def test_render_report_sections_and_values():
+    inputs = _inputs()
+    plots = report_plots(inputs)
+    assert set(plots) == {"accuracy_by_persona.png", "calls_vs_accuracy.png", "accuracy_by_turn.png",
+                          "subtype_turn_heatmap.png", "judge_by_subtype.png"}
+    assert all(png.startswith(b"\x89PNG") for png in plots.values())
+    text = render_report(inputs, list(plots))
+    assert "a sample of 2 dialogues per dataset (seed 7" in text
+    # Table 5 layout row of the agent at turn 2: right on P and RF
+    assert "| clarifymt | s | clarify_agent | 2 | 100.0 |  |  |  |  | 100.0 | 100.0 | 0.00 | 1.00 |" in text
+    assert "## Ablations at turn 2" in text and "clarify_agent_no_planner" in text
+    assert "| clarifymt | s | clarify_agent | base | 1 | 100.0 | 0.0 | 0.0 | 0 |" in text  # pairwise win
+    assert "![accuracy by persona](accuracy_by_persona.png)" in text
+    assert "Why did clarify_agent decide?" in text
+
+
+def test_render_html_is_self_contained():
+    html = render_html("# T\n\n![p](a.png)\n\n| x |\n|---|\n| 1 |\n", {"a.png": b"\x89PNGdata"})
+    assert 'src="data:image/png;base64,iVBOR2RhdGE="' in html and "<table>" in html
+    assert "http" not in html.lower().replace("http-equiv", "")

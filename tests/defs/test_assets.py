@@ -10,13 +10,14 @@ import pytest
 import yaml
 from fakes import ScriptedBackend, schema_responder
 
+from dagster_project.cli import materialize_group
 from dagster_project.core.config import load_params
 from dagster_project.definitions import defs
 from dagster_project.defs import benchmark, evaluation
 from dagster_project.defs.checks import build_checks
 from dagster_project.resources.llm import LLMClient, LLMResource
 from dagster_project.resources.params import ParamsResource
-from dagster_project.resources.warehouse import WarehouseIOManager
+from dagster_project.resources.warehouse import WarehouseIOManager, read_asset
 
 SCRIPTED: dict[str, ScriptedBackend] = {}
 
@@ -44,23 +45,43 @@ def _params(tmp_path, **benchmark_overrides) -> str:
         "llm": {"cache_path": str(tmp_path / "cache.sqlite")},
         "benchmark": {"n_per_subtype": 2, "subtypes": ["lexical", "scope"], **benchmark_overrides},
         "quality": {"max_error_rate": 0.2},
+        "evaluation": {"methods": ["base"], "bertscore": False},
     }
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(data))
     return str(path)
 
 
+class Runs:
+    """The runs of a staged group materialization (partitioned assets run once per partition)."""
+
+    def __init__(self, results):
+        self.results = results
+
+    @property
+    def success(self) -> bool:
+        return bool(self.results) and all(r.success for r in self.results)
+
+    def get_asset_check_evaluations(self):
+        return [c for r in self.results for c in r.get_asset_check_evaluations()]
+
+
 def _run(tmp_path, monkeypatch, responder=schema_responder, fail=None, **overrides):
     monkeypatch.chdir(tmp_path)
     SCRIPTED["backend"] = ScriptedBackend(responder, fail)
     params = _params(tmp_path, **overrides)
-    assets = dg.load_assets_from_modules([benchmark, evaluation])
-    return dg.materialize(
-        [*assets, *build_checks()],
-        resources={"io_manager": WarehouseIOManager(), "params": ParamsResource(path=params),
-                   "llm": ScriptedLLM(params_path=params), "embedder": OrthogonalEmbedder()},
-        raise_on_error=False,
-    )
+    # the evaluation group's partitions (subject x method) come from the params it is built with
+    assets = [*dg.load_assets_from_modules([benchmark]), *evaluation.build_assets(load_params(params))]
+    keys = {k for a in assets for k in a.keys}
+    checks = [c for c in build_checks() if all(ck.asset_key in keys for ck in c.check_keys)]
+    local = dg.Definitions(assets=assets, asset_checks=checks, executor=dg.in_process_executor, resources={
+        "io_manager": WarehouseIOManager(), "params": ParamsResource(path=params),
+        "llm": ScriptedLLM(params_path=params), "embedder": OrthogonalEmbedder()})
+    instance = dg.DagsterInstance.ephemeral()
+    results = materialize_group(local, "benchmark", instance)
+    if all(r.success for r in results):
+        results += materialize_group(local, "evaluation", instance)
+    return Runs(results)
 
 
 def test_definitions_load():
@@ -84,7 +105,8 @@ def test_whole_graph_with_scripted_llm(tmp_path, monkeypatch):
     d = pl.read_parquet(tmp_path / "assets/benchmark/persona_dialogues.parquet")
     # 4 queries x (2 personas x 2 turns + 4 personas x 3 turns)
     assert d.height == 4 * 16
-    p = pl.read_parquet(tmp_path / "assets/evaluation/predictions.parquet")
+    p = read_asset(tmp_path / "assets", "evaluation", "predictions")  # all partitions (here: base x smollm2)
+    assert (tmp_path / "assets/evaluation/predictions/method=base/subject=smollm2.parquet").exists()
     assert p.height == d.height and set(p["status"]) == {"ok"}
     # the scripted subject clarifies on turn 1 and answers later: it misses only turn 2 of 3-turn dialogues
     m = pl.read_parquet(tmp_path / "assets/evaluation/metric_tables.parquet")
@@ -147,7 +169,7 @@ def test_failures_become_rows_not_crashes(tmp_path, monkeypatch):
     assert by_persona["refusal"] == ["llm_error"]
     assert by_persona["off_focus"] == ["parse_error"]
     assert (d.filter(pl.col("turn") == 1)["status"] == "ok").all()
-    p = pl.read_parquet(tmp_path / "assets/evaluation/predictions.parquet")
+    p = read_asset(tmp_path / "assets", "evaluation", "predictions")
     assert p.height == 64
     assert p.filter(pl.col("status") == "input_error").height == later.filter(pl.col("status") != "ok").height
     # 4 refusal simulations failed: llm_error rows are 4/64 of dialogue turns, within max_error_rate 0.2

@@ -8,6 +8,8 @@ import pytest
 
 from project_support import BIN, run
 
+from dagster_project.resources.warehouse import read_asset
+
 pytestmark = pytest.mark.e2e
 
 
@@ -21,8 +23,13 @@ def test_dvc_repro_builds_both_groups_then_skips_and_sweeps(project):
     d = pl.read_parquet(project / "assets/benchmark/persona_dialogues.parquet")
     kept = int(q["kept"].sum())
     assert d.height == kept * (2 + 3)  # precise: 2 turns, off_focus: 3 turns
-    p = pl.read_parquet(project / "assets/evaluation/predictions.parquet")
-    assert p.height == d.height
+    # predictions: one partition per subject x method (TINY: base, clarify_agent and one ablation)
+    p = read_asset(project / "assets", "evaluation", "predictions")
+    assert len(list((project / "assets/evaluation/predictions").rglob("*.parquet"))) == 3
+    assert p.height == 3 * d.height  # every turn, every method
+    assert set(p["method"]) == {"base", "clarify_agent", "clarify_agent_no_planner"}
+    agent = p.filter((pl.col("method") == "clarify_agent") & (pl.col("status") == "ok"))
+    assert agent["decided_by"].is_not_null().all() and agent["llm_calls"].max() <= 5
     assert set(p["action"]) <= {"clarify", "answer", "invalid"}
     assert p["raw_output"].null_count() == p.filter(~pl.col("status").is_in(["ok", "parse_error"])).height
 
@@ -30,9 +37,11 @@ def test_dvc_repro_builds_both_groups_then_skips_and_sweeps(project):
         views = {r[0] for r in con.execute(
             "select schema_name || '.' || view_name from duckdb_views() where not internal").fetchall()}
         assert {"benchmark.single_turn_queries", "benchmark.persona_dialogues", "evaluation.predictions",
-                "evaluation.metric_tables"} <= views
+                "evaluation.metric_tables", "evaluation.method_comparison", "evaluation.judge_scores"} <= views
+        assert con.execute("select count(*) from evaluation.predictions").fetchone()[0] == p.height
         tables = con.execute("select breakdown, count(*) from evaluation.metric_tables group by 1").fetchall()
-    assert {b for b, _ in tables} == {"overall", "by_turn", "by_persona", "by_subtype", "by_subtype_turn"}
+    assert {b for b, _ in tables} == {"overall", "by_turn", "by_persona", "by_subtype", "by_subtype_turn",
+                                      "by_persona_turn"}
     assert (project / "assets/evaluation/report/report.html").exists()
 
     sql = run([str(BIN / "clarify"), "sql", "--csv",

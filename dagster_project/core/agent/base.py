@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from string import Template
 
 import polars as pl
 
+from dagster_project.core.agent.method import (
+    ChatFn, DialogueTurn, EmbedFn, MethodSettings, Prediction, protocol_prediction,
+)
 from dagster_project.core.chat import ChatRequest, ChatResult, Message
 from dagster_project.core.parsing import parse_decision
 from dagster_project.core.prompts import load_prompt
@@ -14,9 +18,13 @@ METHOD = "base"
 CALLS_PER_TURN = 1
 
 
-def base_messages(history: list[Message]) -> list[Message]:
-    """System instruction + the dialogue so far; the latest user message carries the protocol reminder."""
-    prompt = load_prompt("evaluate_base")
+def base_messages(history: list[Message], prompt_name: str = "evaluate_base") -> list[Message]:
+    """System instruction + the dialogue so far; the latest user message carries the protocol reminder.
+
+    Other single-prompt methods (CoT, AT-CoT, Intent-Sim) reuse this layout with their own template,
+    whose user part wraps the latest message as ``$message``.
+    """
+    prompt = load_prompt(prompt_name)
     *earlier, last = history
     last_user = Template(prompt.user).substitute(message=last["content"]).strip()
     return [{"role": "system", "content": prompt.system.strip()}, *earlier, {"role": "user", "content": last_user}]
@@ -41,3 +49,18 @@ def parse_predictions(results: list[ChatResult]) -> pl.DataFrame:
             "tokens_in": res.tokens_in, "tokens_out": res.tokens_out,
         })
     return pl.DataFrame(rows, schema_overrides={"response": pl.Utf8, "error": pl.Utf8, "raw_output": pl.Utf8})
+
+
+class BaseMethod:
+    """The plain prompt (greedy): one call per turn, the reply parsed with the response-prefix protocol."""
+
+    name = METHOD
+    calls_per_turn = CALLS_PER_TURN
+
+    def __init__(self, settings: MethodSettings):
+        self.settings = settings
+
+    def predict(self, turns: Sequence[DialogueTurn], chat: ChatFn, embed: EmbedFn | None = None) -> list[Prediction]:
+        reqs = base_requests([list(t.history) for t in turns], self.settings.max_tokens)
+        results = chat(reqs) if reqs else []
+        return [protocol_prediction(r, q.prompt_version) for q, r in zip(reqs, results, strict=True)]

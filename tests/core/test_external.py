@@ -1,0 +1,86 @@
+"""Importers for external clarification datasets (core/external.py) on the fixtures in data/external/."""
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from dagster_project.core.external import ExternalDataError, import_dataset, read_clamber, read_clariq, read_generic
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "external"
+
+
+def test_clamber_plain_and_string_encoded_lines():
+    r = read_clamber(DATA / "clamber_sample.jsonl", "clamber")
+    assert r.records == 8  # 9 lines, the blank one is not a record
+    t = r.turns
+    assert t["dialogue_id"].to_list() == ["clamber-000001", "clamber-000002", "clamber-000003", "clamber-000009"]
+    assert t["reference_action"].to_list() == ["clarify", "answer", "clarify", "answer"]
+    # line 3 holds a JSON string that itself contains the object; its context is prepended
+    third = t.row(2, named=True)
+    assert third["messages"] == [{"role": "user", "content": "We talked about the conference last week.\n\n"
+                                                             "Give me the schedule."}]
+    assert third["reference_question"] == "Which day of the conference do you want the schedule for?"
+    assert third["subtype"] == "when"
+    assert t.row(1, named=True)["reference_question"] is None  # only clarify turns keep a reference question
+    assert set(t["turn"]) == {1} and set(t["status"]) == {"ok"}
+
+
+def test_clamber_bad_lines_are_quarantined_with_reasons():
+    rej = read_clamber(DATA / "clamber_sample.jsonl", "clamber").rejected
+    assert rej["record"].to_list() == [4, 5, 6, 7]
+    assert rej["field"].to_list() == ["require_clarification", "question", None, None]
+    assert "'maybe'" in rej["reason"][0] and "not valid JSON" in rej["reason"][2] and "list" in rej["reason"][3]
+    assert set(rej["file"]) == {str(DATA / "clamber_sample.jsonl")}
+    r = read_clamber(DATA / "clamber_sample.jsonl", "c", limit=3)
+    assert r.records == 3 and r.turns.height == 3 and r.rejected.height == 0
+
+
+def test_clariq_one_dialogue_per_topic_with_threshold():
+    r = read_clariq(DATA / "clariq_sample.tsv", "clariq", clarify_from=2)
+    t = r.turns.sort("dialogue_id")
+    assert t["dialogue_id"].to_list() == ["clariq-101", "clariq-102", "clariq-103", "clariq-106"]
+    assert t["reference_action"].to_list() == ["clarify", "answer", "clarify", "clarify"]
+    assert t.row(0, named=True)["reference_question"] == "Are you interested in the animal or the car brand?"
+    assert r.rejected["field"].to_list() == ["clarification_need", "initial_request"]
+    assert r.records == 7
+    strict = read_clariq(DATA / "clariq_sample.tsv", "clariq", clarify_from=4).turns.sort("dialogue_id")
+    assert strict["reference_action"].to_list() == ["clarify", "answer", "answer", "answer"]
+
+
+def test_generic_jsonl_builds_histories_from_reference_questions():
+    r = read_generic(DATA / "generic_sample.jsonl", "mine")
+    t = r.turns
+    paint3 = t.filter((pl.col("dialogue_id") == "paint-1") & (pl.col("turn") == 3)).row(0, named=True)
+    assert [m["role"] for m in paint3["messages"]] == ["user", "assistant", "user", "assistant", "user"]
+    assert paint3["messages"][3]["content"] == "Is it for an inside wall or for furniture?"
+    assert paint3["n_turns"] == 3 and paint3["persona"] == "partial_vague"
+    assert t.filter(pl.col("dialogue_id") == "trip-1")["persona"].to_list() == ["precise", "precise"]  # "Precise"
+    reasons = dict(zip(r.rejected["record"], r.rejected["reason"]))
+    assert "clarify or answer" in reasons[6]
+    assert "turn 1 is missing or was rejected" in reasons[7]  # bad-1 turn 2 cannot be rebuilt
+    assert "no assistant message before turn 2" in reasons[9]  # gap-1: no reference question, no assistant
+    assert r.records == 9 and t.height + r.rejected.height == r.records
+
+
+def test_generic_csv():
+    r = read_generic(DATA / "generic_sample.csv", "csv")
+    assert r.turns["dialogue_id"].to_list() == ["cake-1", "cake-1", "cake-2"]
+    assert r.rejected["reason"].to_list() == ["turn must be an integer >= 1, got 'two'"]
+    assert r.turns.row(2, named=True)["persona"] is None
+
+
+def test_duplicate_turns_and_file_level_errors(tmp_path):
+    f = tmp_path / "dup.jsonl"
+    f.write_text('{"dialogue_id": 1, "turn": 1, "user": "a", "reference_action": "answer"}\n'
+                 '{"dialogue_id": 1, "turn": "1", "user": "b", "reference_action": "Answer"}\n')
+    r = read_generic(f, "x")
+    assert r.turns["dialogue_id"].to_list() == ["1"] and "turn 1 twice" in r.rejected["reason"][0]
+    with pytest.raises(ExternalDataError, match="nothing.tsv: file not found"):
+        import_dataset("x", "clariq", tmp_path / "nothing.tsv")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("dialogue_id,turn,text\n1,1,hi\n")
+    with pytest.raises(ExternalDataError, match=r"bad.csv: missing required column\(s\) \['user', 'reference_action'\]"):
+        import_dataset("x", "generic", bad)
+    with pytest.raises(ExternalDataError, match="unknown external format"):
+        import_dataset("x", "squad", bad)
