@@ -248,3 +248,25 @@ def test_annotations_group_and_trl_exports(tmp_path, monkeypatch):
     assert d.column_names == ["prompt", "chosen", "rejected"] and d.num_rows == 6
     assert [m["role"] for m in s[0]["messages"]] == ["system", "user", "assistant"]
     assert d[0]["prompt"][-1]["role"] == "user" and d[0]["chosen"][0]["content"].startswith("Need clarification:")
+
+
+def test_chain_runs_when_the_logs_hold_no_clarification(tmp_path, monkeypatch):
+    """One plain Q&A conversation: no candidates, no tuples, yet Q, facets and pairs still build (Q^G, FM-LLM)."""
+    (tmp_path / "data" / "logs").mkdir(parents=True)
+    shutil.copy(REPO / "data" / "personas.jsonl", tmp_path / "data" / "personas.jsonl")
+    (tmp_path / "data" / "logs" / "one.jsonl").write_text(json.dumps(
+        {"messages": [{"role": "user", "content": "what about it"}, {"role": "assistant", "content": "About what?"}]})
+        + "\n")
+    result = _run(tmp_path, monkeypatch, [logs, questions, facets, annotations],
+                  logs={"paths": ["data/logs/*.jsonl"]}, questions={"n_personas": 1, "questions_per_persona": 1})
+    assert result.success
+    _checks_pass(result)
+    assert _read(tmp_path, "logs", "log_candidates")["kept"].sum() == 0
+    assert _read(tmp_path, "logs", "log_clarifications").height == 0
+    ql = _read(tmp_path, "questions", "seed_questions_ql")
+    assert ql.select("kept", "reject_reason").rows() == [(False, "context_dependent")]
+    q = _read(tmp_path, "questions", "question_set")
+    assert q["question_source"].to_list() == ["generated"]
+    cotap = _read(tmp_path, "annotations", "cotap_annotations")
+    assert cotap.height == 1 and cotap["decision"].to_list() == ["ask"]
+    assert _read(tmp_path, "annotations", "dpo_dataset").height >= 1
