@@ -17,6 +17,18 @@ VALUES = {
     "simulate_two_turn": SIM,
     "simulate_three_turn": SIM,
     "evaluate_base": dict(message="What is bass?"),
+    # evaluation group (agent/*.py, judge.py)
+    "evaluate_cot": dict(message="What is bass?"),
+    "evaluate_at_cot": dict(message="What is bass?", taxonomy="- lexical: DEF."),
+    "evaluate_intent_sim": dict(message="What is bass?"),
+    "agent_input": dict(dialogue="User: Q?"),
+    "agent_perceiver": dict(request="REQ.", latest="LATEST.", slots="- city: unfilled"),
+    "agent_forecaster": dict(dialogue="User: Q?", personas="- precise: P."),
+    "agent_planner": dict(dialogue="User: Q?", request="REQ.", slots="- city: unfilled", rsc="RSC-NO",
+                          persona="PERSONA-X", persona_hint="HINT."),
+    "agent_output": dict(dialogue="User: Q?", request="REQ.", instruction="Ask about city."),
+    "judge_question": dict(dialogue="User: Q?", reference="REF?", candidate="CAND?"),
+    "judge_pairwise": dict(dialogue="User: Q?", reference="REF?", first="FIRST?", second="SECOND?"),
 }
 
 
