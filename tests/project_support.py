@@ -24,6 +24,8 @@ TINY = {
     "evaluation": {"subject_max_tokens": 32, "methods": ["base", "clarify_agent", "clarify_agent_no_planner"],
                    "max_dialogues": None, "judge_per_subtype": 1, "judge_pairs": [["clarify_agent", "base"]],
                    "bertscore": False},
+    "double_turn": {"max_queries": 2, "rounds": 1, "n_shots": 2, "n_clarify_sampled": 0, "n_direct_samples": 2,
+                    "random_repeats": 20, "subject_max_tokens": 24, "generator_max_tokens": 160},
 }
 
 

@@ -1,0 +1,279 @@
+"""The double_turn group end to end with a scripted LLM whose every answer is known, so every number is hand-checked.
+
+The scripted world (3 queries):
+  q1 "Who directed Titanic?"          ambiguous: James Cameron (1997 film) / Jean Negulesco (1953 film)
+  q2 "Who wrote Frankenstein?"        one answer: Mary Shelley
+  q3 "what is the capital of canada"  one answer: Ottawa (from the NQ-Open file)
+plus one broken AmbigQA record and one broken NQ-Open line (quarantined).
+"""
+
+import json
+
+import dagster as dg
+import datasets
+import polars as pl
+import pytest
+import yaml
+from fakes import ScriptedBackend
+
+from dagster_project.core.config import load_params
+from dagster_project.defs import double_turn
+from dagster_project.defs.checks import build_checks
+from dagster_project.resources.llm import LLMClient, LLMResource
+from dagster_project.resources.params import ParamsResource
+from dagster_project.resources.warehouse import WarehouseIOManager
+
+SCRIPTED: dict[str, ScriptedBackend] = {}
+
+Q1, Q2, Q3 = "Who directed Titanic?", "Who wrote Frankenstein?", "what is the capital of canada"
+GOOD_CQ = "Which film, the 1997 one or the 1953 one?"
+
+
+class ScriptedLLM(LLMResource):
+    def setup_for_execution(self, context) -> None:
+        self._client = LLMClient(load_params(self.params_path).llm,
+                                 backends={"llamacpp": lambda cfg: SCRIPTED["backend"]})
+
+
+def _target(content: str) -> str:
+    """Which of the three questions a prompt is about (few-shot prompts: the last 'Question:')."""
+    if "Now answer this question" in content:
+        content = content.rsplit("Question:", 1)[1]
+    for q in (Q1, Q2, Q3):
+        if q in content:
+            return q
+    raise AssertionError(f"unknown prompt: {content[:200]}")
+
+
+def world(job, idx: int) -> str:
+    content = job.messages[-1]["content"]
+    props = (job.json_schema or {}).get("properties", {})
+    q = _target(content)
+    sampled = job.sampling["temperature"] > 0
+    if "Now answer this question" in content:  # few-shot answerer: gold, but q1's samples alternate
+        if q == Q1:
+            return json.dumps({"answer": ("Jean Negulesco" if idx % 2 == 0 else "James Cameron") if sampled
+                               else "James Cameron"})
+        return json.dumps({"answer": {Q2: "Mary Shelley", Q3: "Ottawa"}[q]})
+    if "They replied:" in content:  # answer after clarification
+        reply = content.split("They replied:", 1)[1]
+        ans = "James Cameron" if "1997" in reply else "Jean Negulesco" if "1953" in reply else "Mary Shelley" \
+            if "novel" in reply else "no idea"
+        return json.dumps({"answer": ans})
+    if "reply_1" in props:  # SFT generator
+        return json.dumps({"clarifying_question": "Which Titanic film?", "reply_1": "The 1997 one",
+                           "reply_2": "The one by Jean Negulesco"})
+    if "clarifying_question" in props:  # clarifier: q1 greedy good, sampled useless; q2/q3 duplicates
+        cq = {Q1: "Do you mean the movie?" if sampled else GOOD_CQ, Q2: "Do you mean the novel?",
+              Q3: "Which Canada do you mean?"}[q]
+        return json.dumps({"clarifying_question": cq})
+    if "abstain" in props:  # user simulator
+        expected = content.split("The answer you are looking for is:", 1)[1].split("\n", 1)[0]
+        if "Do you mean the movie?" in content:
+            return json.dumps({"reply": "Yes, the movie by James Cameron", "abstain": False} if "Cameron" in expected
+                              else {"reply": "", "abstain": True})
+        if "Canada" in content:
+            return json.dumps({"reply": "I want Ottawa", "abstain": False})  # leaks the answer
+        reply = {"James Cameron": "The 1997 film.", "Jean Negulesco": "The 1953 film.",
+                 "Mary Shelley": "The novel."}[expected.strip().strip('"')]
+        return json.dumps({"reply": reply, "abstain": False})
+    if "score" in props:  # single-turn judge prefers answers to questions
+        return json.dumps({"score": 3 if '"Clarifying Question:' in content else 8, "reason": "r"})
+    # subjects (free text)
+    if "Do not answer yet" in content:
+        return "Clarifying Question: " + {Q1: GOOD_CQ, Q2: "Do you mean the novel?", Q3: "Which Canada do you mean?"}[q]
+    if "If the question is clear" in content:
+        return "Clarifying Question: " + GOOD_CQ if q == Q1 else {Q2: "Mary Shelley", Q3: "Ottawa."}[q]
+    if sampled:
+        return {Q1: ["James Cameron", "Jean Negulesco", "James Cameron"][idx % 3], Q2: "Mary Shelley", Q3: "Ottawa"}[q]
+    return {Q1: "The answer is James Cameron.", Q2: "Mary Shelley", Q3: "Ottawa"}[q]
+
+
+def _write_inputs(tmp_path):
+    ambig = [
+        {"id": "q1", "question": Q1, "annotations": [
+            {"type": "multipleQAs", "qaPairs": [{"question": "Who directed the 1997 Titanic?", "answer": ["James Cameron"]},
+                                                {"question": "Who directed the 1953 Titanic?", "answer": ["Jean Negulesco"]}]},
+            {"type": "singleAnswer", "answer": ["james cameron"]}]},
+        {"id": "q2", "question": Q2, "annotations": [{"type": "singleAnswer", "answer": ["Mary Shelley"]}]},
+        {"id": "bad", "question": "Broken?", "annotations": [{"type": "singleAnswer", "answer": "not a list"}]},
+    ]
+    (tmp_path / "ambig.json").write_text(json.dumps(ambig))
+    (tmp_path / "nq.jsonl").write_text(json.dumps({"id": "q3", "question": Q3, "answer": ["Ottawa"]}) + "\n{oops\n")
+
+
+def _params(tmp_path, **overrides) -> str:
+    data = {
+        "llm": {"cache_path": str(tmp_path / "cache.sqlite")},
+        "quality": {"max_error_rate": 0.2},
+        "double_turn": {
+            "inputs": [{"path": "ambig.json", "format": "ambigqa"}, {"path": "nq.jsonl", "format": "nq_open"}],
+            "max_queries": None, "rounds": 1, "n_shots": 2, "n_clarify_sampled": 1, "n_direct_samples": 3,
+            "random_repeats": 50, **overrides,
+        },
+    }
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def _run(tmp_path, monkeypatch, responder=world, fail=None, **overrides):
+    monkeypatch.chdir(tmp_path)
+    _write_inputs(tmp_path)
+    SCRIPTED["backend"] = ScriptedBackend(responder, fail)
+    params = _params(tmp_path, **overrides)
+    checks = [c for c in build_checks() if all(k.asset_key.path[0] == "double_turn" for k in c.check_keys)]
+    return dg.materialize(
+        [*dg.load_assets_from_modules([double_turn]), *checks],
+        resources={"io_manager": WarehouseIOManager(), "params": ParamsResource(path=params),
+                   "llm": ScriptedLLM(params_path=params)},
+        raise_on_error=False,
+    )
+
+
+def _read(tmp_path, name: str) -> pl.DataFrame:
+    return pl.read_parquet(tmp_path / f"assets/double_turn/{name}.parquet")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("dt")
+    mp = pytest.MonkeyPatch()
+    try:
+        result = _run(tmp_path, mp)
+    finally:
+        mp.undo()
+    return tmp_path, result
+
+
+def test_group_materializes_and_checks_pass(built):
+    tmp_path, result = built
+    assert result.success
+    checks = result.get_asset_check_evaluations()
+    assert len(checks) == 11
+    assert all(c.passed for c in checks), [(c.check_name, c.metadata) for c in checks if not c.passed]
+
+
+def test_import_and_quarantine(built):
+    tmp_path, _ = built
+    qa = _read(tmp_path, "qa_sets").sort("query_id")
+    assert qa["query_id"].to_list() == ["q1", "q2", "q3"]
+    assert qa["n_interpretations"].to_list() == [2, 1, 1]  # q1's singleAnswer merges into the Cameron reading
+    assert qa["is_ambiguous"].to_list() == [True, False, False]
+    rej = _read(tmp_path, "qa_sets_rejected").sort("source_file")
+    assert rej.select("record_id", "field").rows() == [("bad", "annotations[0].answer"), (None, "<line>")]
+    assert rej["record"].to_list() == [2, 2]
+
+
+def test_feasible_answers_and_sft(built):
+    tmp_path, _ = built
+    fa = _read(tmp_path, "feasible_answers").sort("query_id")
+    assert fa["y_model"].to_list() == [["James Cameron", "Jean Negulesco"], ["Mary Shelley"], ["Ottawa"]]
+    assert fa["model_filter_passed"].all()
+    assert fa["sft_human"].to_list() == [True, False, False] and fa["sft_model"].to_list() == [True, False, False]
+    sft = _read(tmp_path, "clarify_sft")
+    assert sft.height == 2 * (1 + 2)  # (human, model) x (one (x, q) row + two (x, q, a, y) rows)
+    reasons = sft.group_by("row_type", "reason").len().sort("row_type", "reason").rows()
+    assert reasons == [("answer", None, 2), ("answer", "reply leaks the answer", 2), ("clarify", None, 2)]
+    ex = tmp_path / "assets/double_turn/exports"
+    clar = datasets.load_dataset("json", data_files=str(ex / "clarify_sft.jsonl"), split="train")
+    assert clar.num_rows == 2
+    assert clar[0]["messages"] == [{"role": "user", "content": Q1},
+                                   {"role": "assistant", "content": "Clarifying Question: Which Titanic film?"}]
+    after = datasets.load_dataset("json", data_files=str(ex / "answer_after_clarify_sft.jsonl"), split="train")
+    assert [m["content"] for m in after[0]["messages"]][2:] == ["The 1997 one", "James Cameron"]
+    sft_all = datasets.load_dataset("json", data_files=str(ex / "sft_dataset.jsonl"), split="train")
+    assert sft_all.num_rows == 2 + 2  # clarify examples + distinct (x, y_i) direct examples
+
+
+def test_candidates_simulations_outcomes(built):
+    tmp_path, _ = built
+    c = _read(tmp_path, "candidate_responses")
+    assert c.filter(pl.col("in_pairs")).group_by("query_id").len().sort("query_id").rows() == \
+        [("q1", 3), ("q2", 2), ("q3", 2)]
+    assert c.filter(pl.col("candidate_id") == "q2:c1")["reason"].item() == "duplicate of q2:c0"
+    s = c.filter((pl.col("query_id") == "q1") & (pl.col("kind") == "direct_sample")).sort("sample_index")
+    assert s["answer"].to_list() == ["Jean Negulesco", "James Cameron", "Jean Negulesco"]
+    assert s["in_topk"].to_list() == [True, True, False]
+    sims = _read(tmp_path, "user_simulations")
+    reasons = dict(sims.select("sim_id", "abstain_reason").iter_rows())
+    assert reasons == {"q1:c0:u0": None, "q1:c0:u1": None, "q1:c1:u0": "leak", "q1:c1:u1": "simulator_abstained",
+                       "q2:c0:u0": None, "q3:c0:u0": "leak"}
+    out = _read(tmp_path, "double_turn_outcomes")
+    scores = dict(out.group_by("candidate_id").agg(pl.col("candidate_score").first()).iter_rows())
+    assert scores == {"q1:c0": 1.0, "q1:c1": 0.0, "q1:d": 0.5, "q2:c0": 1.0, "q2:d": 1.0, "q3:c0": 0.0, "q3:d": 1.0}
+
+
+def test_preference_pairs_and_dpo_export(built):
+    tmp_path, _ = built
+    p = _read(tmp_path, "preference_pairs")
+    dt_pairs = {(r["candidate_a"], r["candidate_b"]): (r["chosen_id"], r["reason"])
+                for r in p.filter(pl.col("labeling") == "double_turn").iter_rows(named=True)}
+    assert dt_pairs == {
+        ("q1:c0", "q1:c1"): ("q1:c0", "higher score"), ("q1:c0", "q1:d"): ("q1:c0", "higher score"),
+        ("q1:c1", "q1:d"): ("q1:d", "higher score"), ("q2:c0", "q2:d"): ("q2:d", "tie: direct answer preferred"),
+        ("q3:c0", "q3:d"): ("q3:d", "higher score")}
+    st = p.filter(pl.col("labeling") == "single_turn")
+    assert st.height == 5 and int(st["kept"].sum()) == 4  # the judge ties the two clarifying questions of q1
+    assert set(st.filter(pl.col("kept"))["chosen_kind"]) == {"direct"}  # single-turn bias against asking
+    ex = tmp_path / "assets/double_turn/exports"
+    dpo = datasets.load_dataset("json", data_files=str(ex / "dpo_dataset.jsonl"), split="train")
+    assert dpo.num_rows == 5 and set(dpo.column_names) == {"prompt", "chosen", "rejected"}
+    first = dpo[0]
+    assert first["prompt"] == [{"role": "user", "content": Q1}]
+    assert first["chosen"] == [{"role": "assistant", "content": f"Clarifying Question: {GOOD_CQ}"}]
+    only = datasets.load_dataset("json", data_files=str(ex / "dpo_dataset_clarify_only.jsonl"), split="train")
+    assert only.num_rows == 1
+
+
+def test_answer_set_eval_table(built):
+    tmp_path, _ = built
+    ev = _read(tmp_path, "eval_interactions")
+    f1 = {(r["system"], r["query_id"]): r["f1"] for r in ev.iter_rows(named=True)}
+    assert f1[("direct_greedy", "q1")] == pytest.approx(2 / 3)  # one of two answers: P=1, R=1/2
+    assert f1[("direct_sampled", "q1")] == 1.0  # top-2 of the samples covers both readings
+    assert f1[("clarify", "q1")] == 1.0 and f1[("clarify", "q3")] == 0.0  # q3's user leaked -> abstain
+    t = {r["system"]: r for r in _read(tmp_path, "answer_set_eval").iter_rows(named=True)}
+    assert t["direct_greedy"]["f1_total"] == pytest.approx(8 / 9)
+    assert t["direct_greedy"]["f1_ambiguous"] == pytest.approx(2 / 3)
+    assert t["clarify"]["f1_unambiguous"] == pytest.approx(0.5) and t["clarify"]["avg_turns"] == 2.0
+    cod = t["clarify_or_direct"]
+    assert cod["f1_total"] == 1.0 and cod["avg_turns"] == pytest.approx(4 / 3)
+    assert cod["da_rate"] == pytest.approx(2 / 3) and cod["da_accuracy"] == 1.0
+    rnd = t["random_baseline"]  # 2 of 3 answered directly at random: F1 in {5/9, 8/9, 1}, mean 22/27
+    assert 5 / 9 <= rnd["f1_total"] <= 1.0 and rnd["f1_total"] == pytest.approx(22 / 27, abs=0.08)
+    assert rnd["da_accuracy"] == pytest.approx(5 / 9, abs=0.12)
+
+
+def test_failures_become_rows(tmp_path, monkeypatch):
+    """A failing judge leaves single-turn pairs unscored; a failing user simulator fails rows, not the run."""
+
+    def fail(job):
+        props = (job.json_schema or {}).get("properties", {})
+        if "score" in props:
+            return "ConnectionError: judge down"
+        if "abstain" in props and "1953" in job.messages[-1]["content"] and "Negulesco" in job.messages[-1]["content"]:
+            return "RuntimeError: simulator down"
+        return None
+
+    result = _run(tmp_path, monkeypatch, fail=fail)
+    pairs = _read(tmp_path, "preference_pairs")
+    assert set(pairs.filter(pl.col("labeling") == "single_turn")["reason"]) == {"unscored candidate"}
+    sims = _read(tmp_path, "user_simulations")
+    assert sims.filter(pl.col("status") == "llm_error")["sim_id"].to_list() == ["q1:c0:u1"]
+    out = _read(tmp_path, "double_turn_outcomes")
+    assert out.filter(pl.col("candidate_id") == "q1:c0")["scored"].to_list() == [False, False]
+    # the unscored clarifying question is left out of q1's double-turn pairs instead of counted wrong
+    q1 = pairs.filter((pl.col("labeling") == "double_turn") & (pl.col("query_id") == "q1"))
+    assert dict(zip(q1["candidate_a"] + "|" + q1["candidate_b"], q1["reason"]))["q1:c0|q1:d"] == "unscored candidate"
+    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+    assert checks["gx_single_turn_scores"] is False  # every judge call failed: error rate 1.0 > 0.2
+    assert checks["gx_preference_pairs"] is True
+
+
+def test_bad_input_file_names_the_file(tmp_path, monkeypatch):
+    result = _run(tmp_path, monkeypatch, inputs=[{"path": "missing.json", "format": "ambigqa"}])
+    assert not result.success
+    failure = result.get_step_failure_events()[0].step_failure_data.error
+    assert failure.cause.cls_name == "InputFileError"
+    assert "missing.json: file not found" in failure.cause.message
