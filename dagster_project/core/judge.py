@@ -48,6 +48,12 @@ def has_question(action: str | None, response: str | None) -> bool:
     return action == "clarify" and bool((response or "").strip())
 
 
+def asked_expr(action: str, response: str) -> pl.Expr:
+    """Column expression of has_question: the method asked, with a non-blank question."""
+    return (pl.col(action) == "clarify").fill_null(False) & (
+        pl.col(response).fill_null("").str.strip_chars().str.len_chars() > 0)
+
+
 def pointwise_requests(rows: pl.DataFrame) -> list[ChatRequest]:
     """One judge request per row (rows need messages, reference_question, response)."""
     prompt = load_prompt("judge_question")

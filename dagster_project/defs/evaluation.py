@@ -18,7 +18,7 @@ from dagster_project.core.agent.registry import build_method, calls_per_turn
 from dagster_project.core.config import BENCHMARK_DATASET, Params, load_params
 from dagster_project.core.external import REJECTED_SCHEMA, TURN_SCHEMA, ExternalDataError, import_dataset
 from dagster_project.core.judge import (
-    candidate_turns, has_question, pairwise_outcome, pairwise_requests, parse_score, parse_verdict,
+    asked_expr, candidate_turns, pairwise_outcome, pairwise_requests, parse_score, parse_verdict,
     pointwise_requests, rule_outcome, sample_items,
 )
 from dagster_project.core.metrics import bertscore_f1, evaluation_tables, method_comparison as compare_methods, \
@@ -183,9 +183,7 @@ def build_assets(params: Params) -> tuple:
             "action", "response")
         items = sample_items(cands, cfg.judge_per_subtype, cfg.sample_seed).with_columns(sampled=pl.lit(True))
         rows = (cands.join(items, on=["dataset", "dialogue_id", "turn"], how="left")
-                .with_columns(pl.col("sampled").fill_null(False),
-                              asked=pl.struct("action", "response").map_elements(
-                                  lambda r: has_question(r["action"], r["response"]), return_dtype=pl.Boolean))
+                .with_columns(pl.col("sampled").fill_null(False), asked=asked_expr("action", "response"))
                 .join(msgs, on=["dataset", "dialogue_id", "turn"], how="left")
                 .sort("dataset", "subject", "method", "dialogue_id", "turn"))
         to_judge = rows.with_row_index("_i").filter(pl.col("sampled") & pl.col("asked"))
@@ -246,10 +244,7 @@ def build_assets(params: Params) -> tuple:
             "reference_question": pl.Utf8, "action_a": pl.Utf8, "question_a": pl.Utf8, "action_b": pl.Utf8,
             "question_b": pl.Utf8, "method_a": pl.Utf8, "method_b": pl.Utf8})
         pairs = pairs.join(msgs, on=["dataset", "dialogue_id", "turn"], how="left").with_columns(
-            asked_a=pl.struct("action_a", "question_a").map_elements(
-                lambda r: has_question(r["action_a"], r["question_a"]), return_dtype=pl.Boolean),
-            asked_b=pl.struct("action_b", "question_b").map_elements(
-                lambda r: has_question(r["action_b"], r["question_b"]), return_dtype=pl.Boolean))
+            asked_a=asked_expr("action_a", "question_a"), asked_b=asked_expr("action_b", "question_b"))
         both = pairs.with_row_index("_i").filter(pl.col("asked_a") & pl.col("asked_b"))
         reqs = pairwise_requests(both)
         results = llm.chat("judge", reqs, context) if reqs else []

@@ -7,7 +7,7 @@ import pytest
 
 from dagster_project.core.chat import ChatResult
 from dagster_project.core.judge import (
-    candidate_turns, has_question, pairwise_outcome, pairwise_requests, parse_score, parse_verdict,
+    asked_expr, candidate_turns, has_question, pairwise_outcome, pairwise_requests, parse_score, parse_verdict,
     pointwise_requests, rule_outcome, sample_items,
 )
 
@@ -80,3 +80,8 @@ def test_request_contents():
     assert "First candidate: Which bass?" in first.messages[-1]["content"]
     assert "First candidate: Why?" in second.messages[-1]["content"]  # positions swapped
     assert json.dumps(first.json_schema)
+
+
+def test_asked_expr_matches_has_question():
+    df = pl.DataFrame({"a": ["clarify", "clarify", "answer", None], "r": ["Which?", " ", "Which?", "x"]})
+    assert df.select(asked_expr("a", "r"))["a"].to_list() == [has_question(a, r) for a, r in df.iter_rows()]

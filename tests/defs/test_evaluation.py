@@ -325,3 +325,18 @@ def test_clarify_report_prints_the_paths(tmp_path, monkeypatch):
     (folder / "report.md").write_text("# r")
     out = CliRunner().invoke(app, ["report"])
     assert out.exit_code == 0 and out.stdout.splitlines() == [str(folder / "report.html"), str(folder / "report.md")]
+
+
+def test_materialize_rejects_an_unknown_partition(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from dagster_project.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / ".dagster"))
+    monkeypatch.setenv("CLARIFY_PARAMS", "params.yaml")
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"evaluation": {"methods": ["base"]}}))
+    out = CliRunner().invoke(app, ["materialize", "evaluation", "--partition", "magic|smollm2"])
+    assert out.exit_code == 2
+    assert "unknown partition(s) ['magic|smollm2']" in out.stdout.replace("\n", "")
+    assert not (tmp_path / "assets").exists()
