@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 TINY = {
-    "intents": {"n_edit_train": 1, "n_edit_test": 0, "n_pair_train": 1, "n_pair_test": 1,
+    "intents": {"n_edit_train": 1, "n_edit_test": 0, "n_pair_train": 0, "n_pair_test": 0,
                 "n_unambiguous_train": 2, "max_turns": 2, "n_test_unambiguous": 1, "n_test_ood": 1,
                 "n_test_dropout": 1, "examples_per_intent": 1},
     "llm": {"cache_path": ".cache/llm_cache.sqlite"},

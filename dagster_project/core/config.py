@@ -268,6 +268,7 @@ class IntentsConfig(_Strict):
     dataset: str = "data/intents/utterances.csv"       # text, intent, optional split (CSV / JSONL / JSON / Parquet)
     catalog: str = "data/intents/catalog.jsonl"        # name, description, examples
     few_shot: str | None = "data/intents/few_shot.jsonl"  # demo dialogues for the assistant prompt ({"messages": [...]})
+    ambiguous_dataset: str | None = "data/intents/ambiguous.jsonl"  # optional ambiguous queries you already have
     ood_label: str = "out_of_domain"                   # rows with this intent are out-of-domain test utterances
     test_fraction: float = Field(0.3, ge=0.0, lt=1.0)  # only for rows without a split
     seed: int = 0
@@ -291,7 +292,6 @@ class IntentsConfig(_Strict):
     n_test_unambiguous: int = Field(3, ge=0)
     n_test_ood: int = Field(2, ge=0)                   # user-provided out-of-domain utterances
     n_test_dropout: int = Field(2, ge=0)               # label-dropout OOD made from unambiguous test utterances
-
 
 
 class DoubleTurnInput(_Strict):

@@ -27,7 +27,8 @@ import yaml
 
 from dagster_project.core.chat import ChatRequest, ChatResult, Message
 from dagster_project.core.metrics import QUALITY_SCALES, ambiguity_resolution_score, sdrs, turn_quality
-from dagster_project.core.parsing import parse_json_object, require_fields
+from dagster_project.core.parsing import parse_json_object as _strict_json
+from dagster_project.core.parsing import require_fields
 from dagster_project.core.prompts import load_prompt
 
 Chat = Callable[[str, list[ChatRequest]], list[ChatResult]]
@@ -107,6 +108,22 @@ def read_records(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[str,
     except Exception as err:  # noqa: BLE001 - any reader failure names the file
         raise InputFileError(f"{p}: cannot be read: {type(err).__name__}: {err}") from None
     return [{**r, "_record": i} for i, r in enumerate(rows, 1)], malformed
+
+
+def parse_json_object(raw: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """core.parsing's JSON reader, plus one lenient retry: grammar-constrained small models sometimes put a raw
+    newline or tab inside a JSON string, which strict JSON forbids but which carries no ambiguity."""
+    obj, err = _strict_json(raw)
+    if obj is None and err and "control character" in err:
+        text = raw or ""
+        start, end = text.find("{"), text.rfind("}")
+        try:
+            cand = json.loads(text[start:end + 1], strict=False)
+        except json.JSONDecodeError:
+            return None, err
+        if isinstance(cand, dict):
+            return cand, None
+    return obj, err
 
 
 def _bad_encoding(text: str) -> bool:
@@ -519,9 +536,47 @@ def parse_pairs(plan: pl.DataFrame, requests: list[ChatRequest], results: list[C
     return pl.DataFrame(rows, schema={k: AMBIGUOUS_SCHEMA[k] for k in GENERATED_COLUMNS})
 
 
-def combine_ambiguous(edits: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
-    """Both methods in one table with the full column set (edit rows carry verification columns)."""
-    frames = [f for f in (edits, pairs) if f is not None and f.height]
+def validate_provided_ambiguous(records: list[dict], malformed: list[dict], names: list[str]) -> pl.DataFrame:
+    """Ambiguous queries the user already has (e.g. from logs), `method=provided`: ambiguous_query,
+    unambiguous_query, true_intent, candidate_intents (list or `|`-separated; at least two catalogue intents
+    including the true one) and split (default train). Unusable records stay with kept=false and a reason."""
+    rows = []
+    for m in malformed:
+        rows.append({"query_id": f"provided-bad-{m['_record']:03d}", "method": "provided", "split": None,
+                     "status": "ok", "candidate_intents": [], "reasons": [], "kept": False,
+                     "reject_reason": m["reason"], "raw_output": m.get("raw")})
+    for r in records:
+        amb, una = _as_text(r.get("ambiguous_query")), _as_text(r.get("unambiguous_query"))
+        true = _known_intent(r.get("true_intent"), names)
+        cands = r.get("candidate_intents") or []
+        if isinstance(cands, str):
+            cands = [c.strip() for c in cands.split("|") if c.strip()]
+        known = [k for k in (_known_intent(c, names) for c in cands) if k]
+        split_raw = _as_text(r.get("split")) or "train"
+        split = SPLITS.get(split_raw.strip().casefold())
+        reason = None
+        if not amb or not amb.strip() or not una or not una.strip():
+            reason = "missing field 'ambiguous_query' or 'unambiguous_query'"
+        elif true is None:
+            reason = f"unknown true_intent {r.get('true_intent')!r}"
+        elif len(set(known)) < 2 or len(known) != len(cands):
+            reason = "candidate_intents must list at least two catalogue intents"
+        elif true not in known:
+            reason = "true_intent is not among candidate_intents"
+        elif split is None:
+            reason = f"unknown split {split_raw!r}"
+        rows.append({"query_id": f"provided-{split or 'bad'}-{r['_record']:03d}", "method": "provided",
+                     "split": split, "ambiguous_query": " ".join((amb or "").split()) or None,
+                     "unambiguous_query": " ".join((una or "").split()) or None, "true_intent": true,
+                     "candidate_intents": list(dict.fromkeys(known)), "reasons": [], "status": "ok",
+                     "kept": reason is None, "reject_reason": reason})
+    out = pl.DataFrame(rows, schema={k: AMBIGUOUS_SCHEMA[k] for k in GENERATED_COLUMNS}) if rows else None
+    return out if out is not None else pl.DataFrame(schema={k: AMBIGUOUS_SCHEMA[k] for k in GENERATED_COLUMNS})
+
+
+def combine_ambiguous(edits: pl.DataFrame, pairs: pl.DataFrame, provided: pl.DataFrame | None = None) -> pl.DataFrame:
+    """All methods in one table with the full column set (edit rows carry verification columns)."""
+    frames = [f for f in (edits, pairs, provided) if f is not None and f.height]
     empty = pl.DataFrame(schema=AMBIGUOUS_SCHEMA)
     out = pl.concat([empty, *frames], how="diagonal_relaxed")
     return out.select(list(AMBIGUOUS_SCHEMA)).sort("query_id")

@@ -88,8 +88,9 @@ def intent_utterances(context: dg.AssetExecutionContext, params: ParamsResource,
                "intent_utterances": dg.AssetIn(key=_key("intent_utterances"))})
 def ambiguous_queries(context: dg.AssetExecutionContext, params: ParamsResource, llm: LLMResource,
                       intent_catalog: pl.DataFrame, intent_utterances: pl.DataFrame) -> pl.DataFrame:
-    """Ambiguous queries by both methods (`method`: edit | intent_pair), each with its unambiguous counterpart and
-    true intent. Edits need the verifier's confirmation; every refused row stays with kept=false and why."""
+    """Ambiguous queries by both methods (`method`: edit | intent_pair), plus any the user provides (`provided`),
+    each with its unambiguous counterpart and true intent. Edits need the verifier's confirmation; every refused
+    row stays with kept=false and why."""
     t0 = time.monotonic()
     p = params.load()
     cfg = p.intents
@@ -113,7 +114,13 @@ def ambiguous_queries(context: dg.AssetExecutionContext, params: ParamsResource,
         schema={"pair_id": pl.Utf8, "split": pl.Utf8, "intent_a": pl.Utf8, "intent_b": pl.Utf8})
     preqs = core.pair_requests(plan, catalog, cfg.generation_temperature, gen_seed)
     pair_rows = core.parse_pairs(plan, preqs, log("generator", preqs))
-    out = core.combine_ambiguous(edits, pair_rows).with_columns(source=pl.lit("generated"))
+    provided = None
+    if cfg.ambiguous_dataset:
+        records, malformed = core.read_records(cfg.ambiguous_dataset)
+        provided = core.validate_provided_ambiguous(records, malformed, catalog.names)
+    out = core.combine_ambiguous(edits, pair_rows, provided).with_columns(
+        source=pl.when(pl.col("method") == "provided").then(pl.lit(cfg.ambiguous_dataset))
+        .otherwise(pl.lit("generated")))
     kept = out.filter(pl.col("kept"))
     context.add_output_metadata({
         **_usage(llm, log), "rows": out.height, "kept": kept.height,

@@ -388,3 +388,67 @@ def test_edit_parsing_rejects_with_reasons():
         {"ambiguous": True, "fitting_intents": ["cancel_order"], "reason": "r"})])], NAMES)
     assert verified["kept"].to_list() == [False]
     assert verified["reject_reason"].to_list() == ["verifier: fewer than two fitting intents"]
+
+
+def test_simulation_in_plain_text_mode():
+    """structured_output false: no JSON schema is sent and replies follow the paper's plain protocol."""
+    seeds = [I.ConversationSeed("a", "ambiguous", "qa", "help", "cancel my order", "cancel_order", tuple(NAMES),
+                                "train", "edit", max_turns=3)]
+    chat, calls = _script({"assistant": ["Do you want to cancel or track it?", "Cancel_Order"],
+                           "user_simulator": ['{"reply": "cancel it"}']})
+    seen = []
+
+    def spy(role, reqs):
+        seen.extend(r.json_schema for r in reqs if role == "assistant")
+        return chat(role, reqs)
+
+    t = I.simulate_conversations(seeds, spy, _catalog(), [], I.SimulationSettings(structured=False))
+    assert seen == [None, None]
+    assert t["outcome"][0] == "correct"
+    asst = t.filter(pl.col("speaker") == "assistant")
+    assert asst["action"].to_list() == ["clarify", "intent"] and asst["predicted_intent"][1] == "cancel_order"
+
+
+def test_intent_eval_table_hand_computed():
+    def conv(cid, kind, outcome, n):
+        return [{"subject": "s", "conversation_id": cid, "kind": kind, "outcome": outcome, "n_assistant_turns": n,
+                 "llm_calls": n}]
+    turns = pl.DataFrame(conv("u1", "unambiguous", "correct", 1) + conv("u2", "unambiguous", "wrong_intent", 1)
+                         + conv("u3", "unambiguous", "llm_error", 1) + conv("a1", "ambiguous", "correct", 2)
+                         + conv("o1", "ood", "correct", 1) + conv("o2", "ood", "wrong_intent", 1)
+                         + conv("d1", "ood_dropout", "max_turns", 1))
+    scores = pl.DataFrame([
+        {"subject": "s", "conversation_id": "u1", "kind": "unambiguous", "assistant_turn": 1, "sdrs": 1.0, "ars": 1,
+         "relevance": None, "conciseness": None, "repetition_avoidance": None, "factuality": None, "politeness": None},
+        {"subject": "s", "conversation_id": "u2", "kind": "unambiguous", "assistant_turn": 1, "sdrs": 0.0, "ars": 1,
+         "relevance": None, "conciseness": None, "repetition_avoidance": None, "factuality": None, "politeness": None},
+        {"subject": "s", "conversation_id": "a1", "kind": "ambiguous", "assistant_turn": 1, "sdrs": 0.5, "ars": 0,
+         "relevance": 0.5, "conciseness": 1.0, "repetition_avoidance": 1.0, "factuality": 1.0, "politeness": 0.0},
+        {"subject": "s", "conversation_id": "a1", "kind": "ambiguous", "assistant_turn": 2, "sdrs": 0.5, "ars": 1,
+         "relevance": None, "conciseness": None, "repetition_avoidance": None, "factuality": None, "politeness": None},
+    ])
+    r = I.intent_eval_table(turns, scores).row(0, named=True)
+    assert r["ic_accuracy"] == 0.5 and r["n_unambiguous"] == 2 and r["excluded"] == 1  # the llm_error is excluded
+    assert r["sdrs"] == pytest.approx(1.5 / 3)  # per conversation, not per turn
+    assert r["ars"] == pytest.approx(3 / 4)  # per assistant turn
+    assert (r["rel"], r["pol"]) == (0.5, 0.0)
+    assert r["ood_accuracy"] == 0.5 and r["ood_dropout_accuracy"] == 0.0 and r["ambiguous_accuracy"] == 1.0
+
+
+def test_lenient_json_and_provided_ambiguous_queries():
+    assert I.parse_json_object('{"reply": "line one\nline two"}') == ({"reply": "line one\nline two"}, None)
+    assert I.parse_json_object("{oops")[0] is None
+    recs = [{"ambiguous_query": "help", "unambiguous_query": "cancel it", "true_intent": "Cancel-Order",
+             "candidate_intents": "cancel_order|track_order", "split": "test", "_record": 1},
+            {"ambiguous_query": "help", "unambiguous_query": "cancel it", "true_intent": "return_item",
+             "candidate_intents": ["cancel_order", "track_order"], "_record": 2},
+            {"ambiguous_query": "help", "unambiguous_query": "", "true_intent": "return_item",
+             "candidate_intents": ["cancel_order", "return_item"], "_record": 3},
+            {"ambiguous_query": "help", "unambiguous_query": "x", "true_intent": "return_item",
+             "candidate_intents": ["return_item", "dance"], "_record": 4}]
+    out = I.validate_provided_ambiguous(recs, [], NAMES)
+    assert out["kept"].to_list() == [True, False, False, False]
+    assert out["true_intent"][0] == "cancel_order" and out["split"][0] == "test"
+    assert out["reject_reason"].to_list()[1:] == ["true_intent is not among candidate_intents",
+                                                  "missing field 'ambiguous_query' or 'unambiguous_query'",
+                                                  "candidate_intents must list at least two catalogue intents"]

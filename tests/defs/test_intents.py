@@ -47,6 +47,11 @@ def _write_data(tmp_path):
               "Where is my parcel,track_order,train"]
     raw = ("\n".join(lines) + "\n").encode() + b"bad \xff\xfe bytes,track_order,train\n"
     (d / "utterances.csv").write_bytes(raw)
+    (d / "ambiguous.jsonl").write_text(
+        json.dumps({"ambiguous_query": "help with my order (provided edit)", "unambiguous_query": "stop the purchase",
+                    "true_intent": "cancel_order", "candidate_intents": ["cancel_order", "track_order"]}) + "\n"
+        + json.dumps({"ambiguous_query": "x", "unambiguous_query": "y", "true_intent": "fly",
+                      "candidate_intents": "fly|cancel_order"}) + "\n")
     (d / "few_shot.jsonl").write_text(json.dumps({"messages": [
         {"role": "user", "content": "where is my stuff"}, {"role": "assistant", "content": "track_order"}]}) + "\n")
 
@@ -109,6 +114,7 @@ def _run(tmp_path, monkeypatch, fail=None, **overrides):
     _write_data(tmp_path)
     SCRIPTED["backend"] = ScriptedBackend(responder, fail)
     cfg = {"dataset": "data/utterances.csv", "catalog": "data/catalog.jsonl", "few_shot": "data/few_shot.jsonl",
+           "ambiguous_dataset": "data/ambiguous.jsonl",
            "n_edit_train": 3, "n_edit_test": 1, "n_pair_train": 1, "n_pair_test": 1, "n_unambiguous_train": 99,
            "max_turns": 3, "n_test_unambiguous": 99, "n_test_ood": 5, "n_test_dropout": 2, "ood_fraction": 0.25,
            **overrides}
@@ -154,15 +160,18 @@ def test_intents_group_with_scripted_llm(tmp_path, monkeypatch):
         assert r["kept"] == (r["true_intent"] != "return_item")
         assert r["kept"] or r["reject_reason"] == "verifier: not ambiguous"
     assert set(pairs["split"]) == {"train", "test"} and pairs["kept"].all()
+    provided = aq.filter(pl.col("method") == "provided").sort("query_id")
+    assert provided["kept"].to_list() == [True, False]
+    assert provided["reject_reason"][1] == "unknown true_intent 'fly'"
 
     sim = _read(tmp_path, "simulated_conversations")
     conv = sim.group_by("conversation_id").agg(pl.col("kind", "outcome", "true_intent", "n_assistant_turns",
                                                       "llm_calls").first())
     n_edit_train = edits.filter(pl.col("kept") & (pl.col("split") == "train")).height
-    assert conv.filter(pl.col("kind") == "ambiguous").height == n_edit_train + 2
+    assert conv.filter(pl.col("kind") == "ambiguous").height == n_edit_train + 2 + 1  # edits, pair, provided
     assert conv.filter(pl.col("kind") == "unambiguous").height == 9  # every train utterance
     outcomes = dict(conv.group_by("outcome").len().iter_rows())
-    assert outcomes == {"correct": n_edit_train + 8, "wrong_intent": 1, "max_turns": 2}
+    assert outcomes == {"correct": n_edit_train + 1 + 8, "wrong_intent": 1, "max_turns": 2}
     pair_conv = conv.filter(pl.col("outcome") == "max_turns")
     assert pair_conv["n_assistant_turns"].to_list() == [3, 3] and pair_conv["llm_calls"].to_list() == [5, 5]
 
@@ -170,7 +179,8 @@ def test_intents_group_with_scripted_llm(tmp_path, monkeypatch):
     per = sc.group_by("conversation_id").agg(pl.col("sdrs", "A", "R", "outcome", "kind").first())
     # edit conversations: ask without enough info (1), predict with enough (1); the question is rated 1 -> SDRS 1
     edit_conv = per.filter((pl.col("kind") == "ambiguous") & (pl.col("outcome") == "correct"))
-    assert edit_conv["sdrs"].to_list() == [1.0] * n_edit_train and edit_conv["R"].to_list() == [1.0] * n_edit_train
+    assert edit_conv["sdrs"].to_list() == [1.0] * (n_edit_train + 1) and edit_conv["R"].to_list() == [1.0] * (
+        n_edit_train + 1)
     assert per.filter(pl.col("outcome") != "correct")["sdrs"].to_list() == [0.0] * 3
     # max-turns conversation: "not enough", then "enough" twice while still asking -> ars 1, 0, 0
     mt = sc.filter(pl.col("outcome") == "max_turns").sort("conversation_id", "assistant_turn")
