@@ -370,6 +370,11 @@ ADDRESSED_RE = r"(?i)(\b(you|your|you're|you'd|yours)\b[^.!?\n]*\?)|(\b(which|wh
 PREFILTER_REASONS = ("no_preceding_user_turn", "no_user_reply", "too_long", "no_question", "not_addressed_to_user")
 
 
+def asks_user(text: pl.Expr, max_chars: int = 300) -> pl.Expr:
+    """A short assistant turn with a question addressed to the user (the prefilter's text rules)."""
+    return (text.str.len_chars() <= max_chars) & text.str.contains("?", literal=True) & text.str.contains(ADDRESSED_RE)
+
+
 def prefilter(turns: pl.LazyFrame | pl.DataFrame, max_chars: int = 300) -> pl.LazyFrame:
     """One row per assistant turn, `kept` when it looks like a clarifying question (ClariLM FM-LOG step 1).
 

@@ -18,6 +18,7 @@ import polars as pl
 
 from dagster_project.core.chat import ChatRequest, ChatResult
 from dagster_project.core.dedup import Embed, semantic_dedup
+from dagster_project.core.logs import asks_user
 from dagster_project.core.parsing import parse_json_object, require_fields
 from dagster_project.core.prompts import load_prompt
 
@@ -38,18 +39,25 @@ def looks_english(text: str, language: str | None) -> bool:
     return sum(1 for c in letters if not c.isascii()) / len(letters) <= 0.1
 
 
-def first_questions(raw_logs: pl.DataFrame) -> pl.DataFrame:
-    """One row per conversation: its first user turn, the assistant reply right after it, and the turn count."""
+def first_questions(raw_logs: pl.DataFrame, ask_max_chars: int = 300) -> pl.DataFrame:
+    """One row per conversation: its first user turn, the turn count, and the assistant's reply to it.
+
+    When that reply asks the user something (the prefilter's rule), the log holds no direct answer to the
+    question: `log_answer` is null and `log_assistant_asked` is true; otherwise the reply is `log_answer`.
+    """
     conv = "conversation_id"
     ordered = raw_logs.sort(conv, "turn_index").with_columns(
         next_role=pl.col("role").shift(-1).over(conv), next_text=pl.col("text").shift(-1).over(conv))
     firsts = ordered.filter(pl.col("role") == "user").group_by(conv, maintain_order=True).first()
     n_turns = raw_logs.filter(pl.col("role") != "system").group_by(conv).agg(n_turns=pl.len())
+    replied = pl.col("next_role") == "assistant"
+    asked = replied & asks_user(pl.col("next_text").fill_null(""), ask_max_chars)
     return firsts.join(n_turns, on=conv, how="left").select(
         pl.format("ql-{}", pl.col(conv)).alias("question_id"),
         pl.col("text").alias("question"),
         conv,
-        pl.when(pl.col("next_role") == "assistant").then(pl.col("next_text")).alias("log_answer"),
+        pl.when(replied & ~asked).then(pl.col("next_text")).alias("log_answer"),
+        asked.alias("log_assistant_asked"),
         "n_turns", "language", "log_date", pl.col("source").alias("log_source"),
     ).sort("question_id")
 

@@ -61,18 +61,20 @@ def test_first_questions_and_rules():
         ("c", [("user", "Что это?"), ("assistant", "Это тест.")], None),
         ("d", [("user", "Only one turn?")], None),
         ("e", [("assistant", "Hi, how can I help?"), ("user", "Reset my router."), ("assistant", "Unplug it.")], None),
+        ("f", [("user", "Book a flight."), ("assistant", "Where are you flying from?"), ("user", "Oslo.")], None),
     )
     first = first_questions(raw)
-    assert first.select("question_id", "question", "log_answer", "n_turns").rows() == [
-        ("ql-a", "Plan a trip to Rome.", "Sure: day 1...", 3),
-        ("ql-b", "x" * 50, "ok", 2),
-        ("ql-c", "Что это?", "Это тест.", 2),
-        ("ql-d", "Only one turn?", None, 1),
-        ("ql-e", "Reset my router.", "Unplug it.", 3),
+    assert first.select("question_id", "question", "log_answer", "log_assistant_asked", "n_turns").rows() == [
+        ("ql-a", "Plan a trip to Rome.", "Sure: day 1...", False, 3),
+        ("ql-b", "x" * 50, "ok", False, 2),
+        ("ql-c", "Что это?", "Это тест.", False, 2),
+        ("ql-d", "Only one turn?", None, False, 1),
+        ("ql-e", "Reset my router.", "Unplug it.", False, 3),
+        ("ql-f", "Book a flight.", None, True, 3),  # the assistant clarified: no direct answer in the log
     ]
     ruled = ql_rules(first, max_chars=40, english_only=True, min_turns=2)
-    assert ruled["rule_reason"].to_list() == [None, "too_long", "not_english", "single_turn", None]
-    assert ql_rules(first, 40, False, 1)["rule_reason"].to_list() == [None, "too_long", None, None, None]
+    assert ruled["rule_reason"].to_list() == [None, "too_long", "not_english", "single_turn", None, None]
+    assert ql_rules(first, 40, False, 1)["rule_reason"].to_list() == [None, "too_long", None, None, None, None]
 
 
 def test_ql_filter_parsing_and_reasons():

@@ -67,7 +67,8 @@ def clarilm_responder(job: Job, idx: int) -> str:
         return json.dumps({"question": original + (" I live in Lyon." if "Add one" in text else "")})
     if "choice" in props:  # CoTAP: ask (first candidate) for generated questions, answer logged ones
         n = job.json_schema["properties"]["choice"]["maximum"]
-        choice = 1 if "Here is a direct answer." in text and n >= 1 else 0
+        request = text.split('User request: "')[1].split('"')[0]
+        choice = 1 if n >= 1 and ("book" in request or "nurse" in request) else 0
         return json.dumps({"reasoning": "Thinking it through.", "choice": choice, "rationale": "because"})
     if "answer" in props:  # direct answer for generated questions
         return json.dumps({"answer": "Here is a direct answer."})
@@ -166,7 +167,11 @@ def test_questions_group(tmp_path, monkeypatch):
     # the Parquet file repeats three ShareGPT first questions word for word: exact duplicates
     dup = ql.filter(pl.col("question_id") == "ql-sg-00").row(0, named=True)
     assert (dup["duplicate_of"], dup["dedup_reason"], dup["kept"]) == ("ql-pq-00", "exact", False)
-    assert ql.filter("kept")["log_answer"].null_count() == 0
+    kept = ql.filter("kept")
+    # where the assistant's first reply asks the user something (12 clarifying conversations kept after dedup,
+    # 4 answers ending in an offer such as "Do you want a longer version?") the log has no direct answer
+    assert kept["log_assistant_asked"].sum() == 16 and kept["log_answer"].null_count() == 16
+    assert kept.filter(~pl.col("log_assistant_asked"))["log_answer"].null_count() == 0
     p = _read(tmp_path, "questions", "personas")
     assert p.height == 12 and p.filter("selected")["persona_id"].to_list() == ["nurse", "student", "retiree"]
     qg = _read(tmp_path, "questions", "seed_questions_qg").sort("question_id")
@@ -226,11 +231,13 @@ def test_annotations_group_and_trl_exports(tmp_path, monkeypatch):
     assert {"gx_cotap_annotations", "gx_preference_pairs", "gx_sft_dataset", "gx_dpo_dataset"} <= _checks_pass(result)
     cotap = _read(tmp_path, "annotations", "cotap_annotations").sort("question_id")
     assert cotap.height == 4 and set(cotap["status"]) == {"ok"}
-    # Q is interleaved log / generated: 2 logged questions (answered from the log), 2 generated (asked)
+    # Q is interleaved log / generated; the scripted reasoner asks about the book and the nurse's question
     assert dict(cotap.group_by("question_source", "decision").len().select(
         pl.concat_str("question_source", "decision", separator="/"), "len").iter_rows()) == {
-        "log/answer": 2, "generated/ask": 2}
-    assert set(cotap.filter(pl.col("question_source") == "log")["answer_source"]) == {"log"}
+        "log/answer": 1, "log/ask": 1, "generated/answer": 1, "generated/ask": 1}
+    # both logged questions come from conversations where the assistant clarified: answers are generated
+    assert cotap.filter(pl.col("question_source") == "log")["answer_source"].to_list() == ["generated"] * 2
+    assert set(cotap["answer"]) == {"Here is a direct answer."}
     # candidates per question: "the location" (log, absorbed the llm copy), "the deadline" (llm)
     assert cotap["candidates"].list.len().to_list() == [2, 2, 2, 2]
     pairs = _read(tmp_path, "annotations", "preference_pairs")
