@@ -29,6 +29,16 @@ VALUES = {
     "agent_output": dict(dialogue="User: Q?", request="REQ.", instruction="Ask about city."),
     "judge_question": dict(dialogue="User: Q?", reference="REF?", candidate="CAND?"),
     "judge_pairwise": dict(dialogue="User: Q?", reference="REF?", first="FIRST?", second="SECOND?"),
+    # double_turn group (core/double_turn.py)
+    "double_turn_answer": dict(examples="Question: A?\nAnswer: B", question="Q?"),
+    "double_turn_sft": dict(question="Q?", answer_list="1. Y1\n2. Y2", reply_fields='"reply_1", "reply_2"'),
+    "double_turn_clarify": dict(question="Q?"),
+    "double_turn_user": dict(question="Q?", expected_answer="Y1", clarifying_question="CQ?"),
+    "double_turn_answer_after": dict(question="Q?", clarifying_question="CQ?", reply="REPLY."),
+    "double_turn_judge": dict(question="Q?", response="RESP."),
+    "double_turn_subject_direct": dict(question="Q?"),
+    "double_turn_subject_clarify": dict(question="Q?"),
+    "double_turn_subject_decide": dict(question="Q?"),
 }
 
 
