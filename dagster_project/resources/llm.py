@@ -110,8 +110,49 @@ class LlamaCppBackend:
 
 # --------------------------------------------------------------------------- OpenAI-compatible endpoints
 
+class BadReply(Exception):
+    """A 2xx reply that is not a usable chat completion (non-JSON or truncated body, no choices)."""
+
+
+MAX_RETRY_AFTER_S = 60.0
+
+
+def retry_after_s(err: BaseException | None) -> float:
+    """Seconds a server asked us to wait (Retry-After: seconds or an HTTP date), capped; 0 when absent."""
+    resp = getattr(err, "response", None)
+    value = resp.headers.get("retry-after") if resp is not None else None
+    if not value:
+        return 0.0
+    try:
+        secs = float(value)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            secs = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return 0.0
+    return max(0.0, min(secs, MAX_RETRY_AFTER_S))
+
+
+def _transient_errors() -> tuple[type[BaseException], ...]:
+    """What the openai backend retries: connection errors and timeouts, 429, 5xx, and unusable 2xx bodies."""
+    import json
+
+    import openai
+
+    return (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError, openai.InternalServerError,
+            openai.APIResponseValidationError, json.JSONDecodeError, BadReply)
+
+
 class OpenAIBackend:
-    """Any OpenAI-compatible server; async with a concurrency limit, retries with backoff, timeouts."""
+    """Any OpenAI-compatible server; async with a concurrency limit, retries with backoff, timeouts.
+
+    Transient failures (connection errors, timeouts, 429 honouring Retry-After, 5xx, truncated or non-JSON
+    bodies, replies without choices) are retried up to max_retries times with exponential backoff + jitter;
+    anything else, or a transient failure that outlives its retries, becomes that job's error.
+    Servers that ignore `n` (llama.cpp's) are asked again for the missing samples, each with its own seed.
+    """
 
     def __init__(self, cfg: RoleConfig):
         key = "not-needed"
@@ -121,6 +162,8 @@ class OpenAIBackend:
                 raise RuntimeError(f"environment variable {cfg.api_key_env} (llm api_key_env) is not set")
         self.cfg, self._key = cfg, key
         self.chunk_size = cfg.concurrency * 4
+        self.retries = 0  # transient failures retried so far (all jobs, all calls)
+        self.backoff_initial_s, self.backoff_max_s = 1.0, 30.0
 
     def generate(self, jobs: list[Job]) -> list[JobOutput]:
         return asyncio.run(self._all(jobs))
@@ -136,16 +179,22 @@ class OpenAIBackend:
         finally:
             await client.close()
 
-    async def _one(self, client: Any, sem: asyncio.Semaphore, job: Job) -> JobOutput:
-        import openai
-        from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+    def _wait(self, state: Any) -> float:
+        from tenacity import wait_exponential_jitter
 
-        transient = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError,
-                     openai.InternalServerError)
+        backoff = wait_exponential_jitter(initial=self.backoff_initial_s, max=self.backoff_max_s)(state)
+        err = state.outcome.exception() if state.outcome is not None else None
+        return max(backoff, retry_after_s(err))
+
+    def _count_retry(self, state: Any) -> None:
+        self.retries += 1
+
+    async def _one(self, client: Any, sem: asyncio.Semaphore, job: Job) -> JobOutput:
+        from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+
         kwargs: dict[str, Any] = {
             "model": self.cfg.model, "messages": list(job.messages), "temperature": job.sampling["temperature"],
             "top_p": job.sampling["top_p"], "max_tokens": job.sampling["max_tokens"],
-            "seed": job.sampling["seed"] + min(job.sample_indices),
         }
         if job.json_schema and self.cfg.json_format == "json_object":
             kwargs["response_format"] = {"type": "json_object", "schema": job.json_schema}
@@ -156,18 +205,22 @@ class OpenAIBackend:
         try:
             while len(out.texts) < len(job.sample_indices):
                 kwargs["n"] = len(job.sample_indices) - len(out.texts)
-                async for attempt in AsyncRetrying(retry=retry_if_exception_type(transient), reraise=True,
-                                                   stop=stop_after_attempt(self.cfg.max_retries + 1),
-                                                   wait=wait_exponential_jitter(initial=1, max=30)):
+                # the next missing sample's seed: a server that ignores n is asked again with a new seed
+                kwargs["seed"] = job.sampling["seed"] + job.sample_indices[len(out.texts)]
+                async for attempt in AsyncRetrying(retry=retry_if_exception_type(_transient_errors()),
+                                                   reraise=True, stop=stop_after_attempt(self.cfg.max_retries + 1),
+                                                   wait=self._wait, before_sleep=self._count_retry):
                     with attempt:
                         async with sem:
                             r = await client.chat.completions.create(**kwargs)
+                        if isinstance(r, str) or not hasattr(r, "choices"):
+                            raise BadReply(f"reply is not a chat completion: {str(r)[:200]!r}")
+                        if not r.choices:
+                            raise BadReply("server returned no choices")
                 out.texts.extend(c.message.content or "" for c in r.choices[: kwargs["n"]])
                 if r.usage:
                     out.tokens_in += r.usage.prompt_tokens
                     out.tokens_out += r.usage.completion_tokens
-                if not r.choices:
-                    raise RuntimeError("server returned no choices")
         except Exception as err:  # noqa: BLE001
             return JobOutput(error=_short_error(err))
         return out
@@ -193,21 +246,43 @@ class VLLMBackend:
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
-        params = [
-            SamplingParams(n=len(j.sample_indices), temperature=j.sampling["temperature"], top_p=j.sampling["top_p"],
-                           max_tokens=j.sampling["max_tokens"], seed=j.sampling["seed"] + min(j.sample_indices),
-                           structured_outputs=StructuredOutputsParams(json=j.json_schema) if j.json_schema else None)
-            for j in jobs
-        ]
+        outs = [JobOutput() for _ in jobs]
+        todo: list[int] = []
+        params: list[Any] = []
+        copies: list[int] = []
+        for i, j in enumerate(jobs):
+            k = len(j.sample_indices)
+            # vLLM refuses n > 1 with greedy decoding; greedy samples are identical, so decode once and copy
+            greedy = j.sampling["temperature"] == 0
+            try:
+                params.append(SamplingParams(
+                    n=1 if greedy else k, temperature=j.sampling["temperature"], top_p=j.sampling["top_p"],
+                    max_tokens=j.sampling["max_tokens"], seed=j.sampling["seed"] + min(j.sample_indices),
+                    structured_outputs=StructuredOutputsParams(json=j.json_schema) if j.json_schema else None))
+            except Exception as err:  # noqa: BLE001 - an invalid request fails its own row, not the batch
+                outs[i] = JobOutput(error=_short_error(err))
+                continue
+            todo.append(i)
+            copies.append(k if greedy else 1)
+        if not todo:
+            return outs
         try:
-            outs = self.engine.chat([list(j.messages) for j in jobs], sampling_params=params, use_tqdm=False)
+            replies = self.engine.chat([list(jobs[i].messages) for i in todo], sampling_params=params,
+                                       use_tqdm=False)
         except Exception as err:  # noqa: BLE001
-            return [JobOutput(error=_short_error(err)) for _ in jobs]
-        return [
-            JobOutput(texts=[c.text for c in o.outputs], tokens_in=len(o.prompt_token_ids or []),
-                      tokens_out=sum(len(c.token_ids) for c in o.outputs))
-            for o in outs
-        ]
+            for i in todo:
+                outs[i] = JobOutput(error=_short_error(err))
+            return outs
+        for i, c, o in zip(todo, copies, replies):
+            outs[i] = JobOutput(texts=[x.text for x in o.outputs] * c, tokens_in=len(o.prompt_token_ids or []),
+                                tokens_out=sum(len(x.token_ids) for x in o.outputs))
+        return outs
+
+    def close(self) -> None:
+        """Stop the engine's worker process now rather than at interpreter exit."""
+        core = getattr(getattr(self.engine, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
 
 
 BACKENDS: dict[str, Callable[[RoleConfig], Backend]] = {
@@ -250,6 +325,7 @@ class LLMClient:
         hit = self.cache.get_many([k for ks in keys for k in ks])
         results = [ChatResult(texts=[""] * r.sampling.n, model=cfg.model) for r in requests]
         pending: list[tuple[int, Job]] = []
+        hit_in = hit_out = 0
         for i, (req, ks) in enumerate(zip(requests, keys)):
             missing = [j for j, k in enumerate(ks) if k not in hit]
             for j, k in enumerate(ks):
@@ -259,6 +335,7 @@ class LLMClient:
                     results[i].tokens_in += tin
                     results[i].tokens_out += tout
                     results[i].cache_hits += 1
+                    hit_in, hit_out = hit_in + tin, hit_out + tout
             results[i].cached = not missing
             if missing:
                 pending.append((i, Job(req.messages, resolved[i], missing, req.json_schema)))
@@ -267,7 +344,18 @@ class LLMClient:
         say(f"{label}: {len(requests)} requests, {n_hits} fully cached, {len(pending)} to generate")
         if pending:
             self._run(cfg, label, pending, keys, results, say)
+        self._record(role, cfg, results, hit_in, hit_out)
         return results
+
+    def _record(self, role: str, cfg: RoleConfig, results: list[ChatResult], hit_in: int, hit_out: int) -> None:
+        """Per-role accounting for `clarify doctor`; a failure here never fails the call."""
+        try:
+            self.cache.record_usage(
+                role, cfg.backend, cfg.model, len(results), sum(len(r.texts) for r in results),
+                sum(r.cache_hits for r in results), sum(1 for r in results if r.error),
+                sum(r.tokens_in for r in results) - hit_in, sum(r.tokens_out for r in results) - hit_out)
+        except Exception:  # noqa: BLE001, S110 - accounting is best effort
+            pass
 
     def _run(self, cfg: RoleConfig, label: str, pending: list[tuple[int, Job]], keys: list[list[str]],
              results: list[ChatResult], say: Progress) -> None:

