@@ -336,6 +336,48 @@ class DoubleTurnConfig(_Strict):
         return self
 
 
+class RetrievalConfig(_Strict):
+    """Multi-turn (multimodal) clarification for search (seed: ClariMM / Mario). Demo sizes; paper sizes in
+    params.yaml comments."""
+
+    qa_path: str = "data/retrieval/clarification_qa.tsv"   # ClariQ/Melon shape: TSV (as-is), CSV, JSONL or Parquet
+    documents_path: str = "data/retrieval/documents.jsonl"  # JSONL doc_id, text, optional title (or CSV/TSV/Parquet)
+    qrels_path: str = "data/retrieval/qrels.txt"           # TREC qrels: qid 0 doc_id rel (qid = facet id)
+    turn_lengths: list[int] = Field(default_factory=lambda: [2, 3, 4])
+    per_length: int = Field(3, gt=0)                       # sessions sampled per length (paper: 10,000)
+    seed: int = 0
+    similar_check: bool = True                             # Appendix A prompt A: drop sessions with repeated QA
+    reveal_cut: bool = True                                # Appendix A prompt B: cut at the facet-revealing turn
+    rewrite_answers: bool = True                           # Algorithm 1: conceal -> hint -> reveal rewrites
+    refine_temperature: float = Field(0.7, ge=0.0, le=2.0)
+    first_stage_k: int = Field(100, gt=0)                  # BM25 depth (paper: 100)
+    rerank_depth: int = Field(10, gt=0)                    # BM25 candidates the generative re-ranker sees
+    generate_top: int = Field(3, gt=0)                     # keyword IDs it generates, one constrained step each
+    keywords_per_doc: int = Field(5, gt=0)                 # YAKE keywords per keyword ID (paper: 5)
+    keyword_ngram: int = Field(2, ge=1, le=3)
+    snippet_chars: int = Field(120, ge=0)                  # document text shown next to each ID
+    rankers: list[Literal["bm25", "bm25_history", "dense_rerank", "generative_rerank"]] = Field(
+        default_factory=lambda: ["bm25", "bm25_history", "dense_rerank", "generative_rerank"])
+    inputs: list[Literal["multi_turn", "single_turn"]] = Field(
+        default_factory=lambda: ["multi_turn", "single_turn"])
+    reranker_vision: bool = False                          # true only if the reranker model accepts images
+    ks: list[int] = Field(default_factory=lambda: [1, 3, 5])
+
+    @model_validator(mode="after")
+    def _sane(self) -> RetrievalConfig:
+        if not self.turn_lengths or any(n < 2 for n in self.turn_lengths):
+            raise ValueError("retrieval.turn_lengths: lengths must be >= 2 (a session has at least two turns)")
+        if len(set(self.turn_lengths)) != len(self.turn_lengths):
+            raise ValueError("retrieval.turn_lengths: lengths must be distinct")
+        if self.generate_top > self.rerank_depth:
+            raise ValueError("retrieval.generate_top must be <= retrieval.rerank_depth")
+        if self.rerank_depth > self.first_stage_k:
+            raise ValueError("retrieval.rerank_depth must be <= retrieval.first_stage_k")
+        if not self.rankers or not self.inputs or not self.ks or any(k < 1 for k in self.ks):
+            raise ValueError("retrieval: rankers, inputs and ks (>= 1) must not be empty")
+        return self
+
+
 class Params(_Strict):
     llm: LLMConfig = Field(default_factory=LLMConfig)
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
@@ -346,6 +388,7 @@ class Params(_Strict):
     questions: QuestionsConfig = Field(default_factory=QuestionsConfig)
     facets: FacetsConfig = Field(default_factory=FacetsConfig)
     annotations: AnnotationsConfig = Field(default_factory=AnnotationsConfig)
+    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     intents: IntentsConfig = Field(default_factory=IntentsConfig)
     double_turn: DoubleTurnConfig = Field(default_factory=DoubleTurnConfig)
 

@@ -51,6 +51,15 @@ VALUES = {
                                n="7"),
     "intents_judge_quality": dict(intent_list="- CAT-LIST", transcript="[assistant 1] CQ?",
                                   turn_list="[assistant 1]", n="9"),
+    # retrieval group (core/retrieval.py)
+    "retrieval_similar_pairs": dict(question1="Q1?", answer1="A1.", question2="Q2?", answer2="A2."),
+    "retrieval_facet_revealed": dict(facet="FACET.", question="Q?", answer="A."),
+    "retrieval_rewrite_conceal": dict(facet="FACET.", question="Q?", answer="A."),
+    "retrieval_rewrite_hint": dict(facet="FACET.", question="Q?", answer="A."),
+    "retrieval_rewrite_reveal": dict(facet="FACET.", question="Q?", answer="A."),
+    "retrieval_infer_query": dict(conversation="User: REQ\nSystem: Q?\nUser: A."),
+    "retrieval_rerank_step": dict(query="QUERY", conversation="User: REQ", candidates="- [k1 | k2] SNIP",
+                                  chosen="none yet"),
 }
 
 
