@@ -28,6 +28,15 @@ VALUES = {
                           persona="PERSONA-X", persona_hint="HINT."),
     "agent_output": dict(dialogue="User: Q?", request="REQ.", instruction="Ask about city."),
     "judge_question": dict(dialogue="User: Q?", reference="REF?", candidate="CAND?"),
+    # ClariLM groups (logs.py, questions.py, facets.py, annotations.py)
+    "clarilm_extract_clarification": dict(query="Q?", assistant_turn="CQ?", reply="R."),
+    "clarilm_ql_filter": dict(question="Q?"),
+    "clarilm_generate_question": dict(persona="a nurse", examples="- EX?"),
+    "clarilm_transform_question": dict(question="Q?", instruction="Make it simpler."),
+    "clarilm_fm_log": dict(question="Q?", examples="- EX?"),
+    "clarilm_fm_llm": dict(question="Q?", max_facets=3),
+    "clarilm_answer": dict(question="Q?"),
+    "clarilm_cotap": dict(question="Q?", options="A. answer"),
     "judge_pairwise": dict(dialogue="User: Q?", reference="REF?", first="FIRST?", second="SECOND?"),
     # double_turn group (core/double_turn.py)
     "double_turn_answer": dict(examples="Question: A?\nAnswer: B", question="Q?"),
