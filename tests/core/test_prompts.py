@@ -34,7 +34,7 @@ VALUES = {
     "clarilm_generate_question": dict(persona="a nurse", examples="- EX?"),
     "clarilm_transform_question": dict(question="Q?", instruction="Make it simpler."),
     "clarilm_fm_log": dict(question="Q?", examples="- EX?"),
-    "clarilm_fm_llm": dict(question="Q?", max_facets=3),
+    "clarilm_fm_llm": dict(question="Q?", max_facets="3"),
     "clarilm_answer": dict(question="Q?"),
     "clarilm_cotap": dict(question="Q?", options="A. answer"),
     "judge_pairwise": dict(dialogue="User: Q?", reference="REF?", first="FIRST?", second="SECOND?"),
