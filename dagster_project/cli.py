@@ -307,8 +307,12 @@ def plan(group: str, params: str = typer.Option("params.yaml", help="params file
     from dagster_project.definitions import defs
     from dagster_project.resources.llm_plan import PLANNERS, PlanningLLM, merge_plans
 
+    from dagster_project.resources.params import ParamsResource
+
+    params_abs = os.environ["CLARIFY_PARAMS"]
     dry = dg.Definitions(assets=list(defs.assets or []), executor=dg.in_process_executor,
-                         resources={**(defs.resources or {}), "llm": PlanningLLM(params_path=os.environ["CLARIFY_PARAMS"])})
+                         resources={**(defs.resources or {}), "params": ParamsResource(path=params_abs),
+                                    "llm": PlanningLLM(params_path=params_abs)})
     PLANNERS.clear()
     with tempfile.TemporaryDirectory(prefix="clarify-plan-") as d:
         _plan_workdir(root, Path(d))

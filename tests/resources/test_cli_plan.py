@@ -1,0 +1,28 @@
+"""`clarify plan`: counts the LLM calls a group would make, sends none, writes nothing of the project."""
+
+import yaml
+from typer.testing import CliRunner
+
+from dagster_project.cli import app
+from dagster_project.resources import llm_plan
+from dagster_project.resources.llm_cache import LLMCache
+
+
+def test_plan_benchmark_group_counts_calls_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    params = {"llm": {"cache_path": ".cache/llm_cache.sqlite",
+                      "roles": {"default": {"model": str(tmp_path / "no-such-model.gguf"),
+                                            "price_in_per_mtok": 1.0, "price_out_per_mtok": 2.0}}},
+              "benchmark": {"n_per_subtype": 2, "subtypes": ["lexical"], "personas": ["precise", "off_focus"]}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    result = CliRunner().invoke(app, ["plan", "benchmark", "--params", "params.yaml"])
+    assert result.exit_code == 0, result.output
+    plans = {p.role: p for p in llm_plan.merge_plans(llm_plan.PLANNERS)}
+    # 2 generated queries (placeholders are distinct, so dedup keeps both), each rated once,
+    # then simulated for 2 personas; the model file does not even exist: nothing was loaded or sent
+    assert (plans["generator"].requests, plans["judge"].requests, plans["user_simulator"].requests) == (2, 2, 4)
+    assert all(p.cached_samples == 0 and p.new_samples == p.samples for p in plans.values())
+    assert plans["generator"].max_tokens_out == 2 * 320 and plans["generator"].est_cost_usd > 0
+    assert "total: 8 LLM calls to make" in result.output.replace("\n", " ")
+    assert not (tmp_path / "assets").exists()
+    assert LLMCache(tmp_path / ".cache" / "llm_cache.sqlite").stats()["entries"] == 0
