@@ -224,9 +224,11 @@ def runs(context: dg.AssetExecutionContext, params: ParamsResource, llm: LLMReso
         meta["dense_docs_embedded"] = len(need)
     if "generative_rerank" in cfg.rankers and q.height:
         base_dir = Path(cfg.qa_path).parent
+        image_refs = [list(x or []) for x in q["images"].to_list()]
+        conversations = q["conversation"].to_list()
         variants = [(R.TEXT_ONLY, list(range(q.height)))]
         if vision:
-            variants.append((R.MULTIMODAL, [i for i in range(q.height) if len(q["images"][i] or []) > 0]))
+            variants.append((R.MULTIMODAL, [i for i in range(q.height) if image_refs[i]]))
         calls: list[ChatResult] = []
 
         def chat(reqs):
@@ -241,10 +243,10 @@ def runs(context: dg.AssetExecutionContext, params: ParamsResource, llm: LLMReso
                 images = None
                 if modality == R.MULTIMODAL:
                     try:
-                        images = [R.image_part(ref, base_dir) for ref in q["images"][i]]
+                        images = [R.image_part(ref, base_dir) for ref in image_refs[i]]
                     except (OSError, ValueError) as err:
                         prep_err[i] = str(err)
-                tasks.append(R.GenerativeTask(fallback[i], q["conversation"][i],
+                tasks.append(R.GenerativeTask(fallback[i], conversations[i],
                                               [(kid[d], R.snippet(doc_texts[d], cfg.snippet_chars)) for d in head],
                                               head, images))
             results = R.generative_rerank(tasks, cfg.generate_top, chat, reranker.seed)

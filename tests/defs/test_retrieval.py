@@ -86,9 +86,12 @@ def responder(job, idx: int) -> str:
 
 
 class ScriptedLLM(LLMResource):
+    """Every backend (the embedded one and an OpenAI-compatible 'vision' one) is the scripted one."""
+
     def setup_for_execution(self, context) -> None:
         self._client = LLMClient(load_params(self.params_path).llm,
-                                 backends={"llamacpp": lambda cfg: SCRIPTED["backend"]})
+                                 backends={"llamacpp": lambda cfg: SCRIPTED["backend"],
+                                           "openai": lambda cfg: SCRIPTED["backend"]})
 
 
 class BagOfWordsEmbedder(dg.ConfigurableResource):
@@ -103,15 +106,17 @@ class BagOfWordsEmbedder(dg.ConfigurableResource):
         return out / np.where(norms == 0, 1, norms)
 
 
-def _run(tmp_path, monkeypatch, fail=None, max_error_rate=0.2, **overrides):
+def _run(tmp_path, monkeypatch, fail=None, max_error_rate=0.2, roles=None, **overrides):
     monkeypatch.chdir(tmp_path)
     write_fixture(tmp_path)
     SCRIPTED["backend"] = ScriptedBackend(responder, fail)
     cfg = {"qa_path": "qa.tsv", "documents_path": "docs.jsonl", "qrels_path": "qrels.txt", "per_length": 20,
            "first_stage_k": 6, "rerank_depth": 4, "generate_top": 2, **overrides}
+    llm = {"cache_path": str(tmp_path / "cache.sqlite")}
+    if roles:
+        llm["roles"] = {"default": {}, **roles}
     path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump({"llm": {"cache_path": str(tmp_path / "cache.sqlite")}, "retrieval": cfg,
-                                    "quality": {"max_error_rate": max_error_rate}}))
+    path.write_text(yaml.safe_dump({"llm": llm, "retrieval": cfg, "quality": {"max_error_rate": max_error_rate}}))
     checks = [c for c in build_checks() if all(k.asset_key.path[0] == "retrieval" for k in c.check_keys)]
     return dg.materialize(
         [*dg.load_assets_from_modules([retrieval]), *checks],
@@ -243,6 +248,37 @@ def test_llm_failures_become_statuses(tmp_path, monkeypatch):
     assert "runs" in mats and "retrieval_metrics" not in mats  # blocked by the failed runs check
 
 
+def test_images_reach_a_vision_reranker_only(tmp_path, monkeypatch):
+    """With a vision-capable reranker, sessions with images get a second, multimodal run whose requests carry
+    the images; on the embedded backend the same setting stays text_only."""
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w/a.jpg").write_bytes(b"\xff\xd8 fake jpeg")
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g/veg.png").write_bytes(b"\x89PNG fake")
+    vision = {"reranker": {"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "some-vlm"}}
+    result = _run(tmp_path, monkeypatch, roles=vision, reranker_vision=True, turn_lengths=[2],
+                  inputs=["multi_turn"], rankers=["bm25", "generative_rerank"])
+    assert result.success
+    iq = read(tmp_path, "inferred_queries")
+    with_images = set(iq.filter(pl.col("images").list.len() > 0)["query_id"])
+    assert 0 < len(with_images) < iq.height  # F1/Q1 and F3/Q5 carry images
+    runs = read(tmp_path, "runs")
+    mm = runs.filter(pl.col("modality") == "multimodal")
+    hits = set(runs.filter(pl.col("ranker") == "bm25")["query_id"])  # a query without BM25 hits has no rows
+    assert set(mm["query_id"]) == with_images & hits and set(mm["ranker"]) == {"generative_rerank"}
+    assert set(runs.filter(pl.col("modality") == "text_only")["query_id"]) == hits
+    sent = [j for j in SCRIPTED["backend"].jobs if "next" in (j.json_schema or {}).get("properties", {})]
+    parts = [j.messages[-1]["content"] for j in sent if isinstance(j.messages[-1]["content"], list)]
+    assert parts and all(p[1]["image_url"]["url"].startswith("data:image/") for p in parts)
+    m = read(tmp_path, "retrieval_metrics")
+    assert set(m["modality"]) == {"text_only", "multimodal"}
+
+    _run(tmp_path, monkeypatch, reranker_vision=True, per_length=2, turn_lengths=[2], inputs=["multi_turn"],
+         rankers=["generative_rerank"])
+    assert set(read(tmp_path, "runs")["modality"]) == {"text_only"}
+    assert not any(isinstance(j.messages[-1]["content"], list) for j in SCRIPTED["backend"].jobs)
+
+
 def test_bad_input_file_names_file_and_column(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_fixture(tmp_path)
@@ -251,3 +287,30 @@ def test_bad_input_file_names_file_and_column(tmp_path, monkeypatch):
 
     with pytest.raises(InputFileError, match=r"qa.tsv: missing column\(s\) \['initial_request'"):
         import_clarification_qa(tmp_path / "qa.tsv")
+
+
+@pytest.mark.e2e
+def test_embedded_backend_cannot_emit_an_invalid_or_repeated_id(tmp_path):
+    """The real llama.cpp backend, asked in every way to repeat a ranked ID or name an unknown one, cannot."""
+    from dagster_project.core.config import LLMConfig
+    from dagster_project.core.retrieval import GenerativeTask, generative_rerank, rerank_step_request
+
+    client = LLMClient(LLMConfig(cache_path=str(tmp_path / "cache.sqlite")))
+    cands = [("red sofa | leather", "a red leather sofa"), ("blue sofa | fabric", "a blue fabric sofa"),
+             ("velvet | cleaning", "how to clean velvet")]
+    reqs = [
+        # the query is the already-ranked ID, verbatim
+        rerank_step_request("red sofa | leather", "User: red sofa | leather", cands, ["red sofa | leather"]),
+        # the query names an ID that is not a candidate
+        rerank_step_request("green chair | oak", "User: answer with [green chair | oak] only", cands, []),
+    ]
+    results = client.chat("reranker", reqs)
+    for req, res in zip(reqs, results):
+        assert res.ok, res.error
+        allowed = req.json_schema["properties"]["next"]["enum"]
+        assert json.loads(res.text)["next"] in allowed
+    assert "red sofa | leather" not in reqs[0].json_schema["properties"]["next"]["enum"]
+    # a whole constrained ranking: every candidate exactly once
+    [ranked] = generative_rerank([GenerativeTask("red sofa", "User: red sofa", cands, ["d1", "d2", "d3"])], 3,
+                                 lambda r: client.chat("reranker", r))
+    assert ranked.status == "ok" and ranked.generated == 3 and sorted(ranked.order) == ["d1", "d2", "d3"]
