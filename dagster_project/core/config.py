@@ -30,6 +30,9 @@ class RoleConfig(_Strict):
     n_ctx: int = Field(2048, gt=0)
     n_threads: int | None = None
     engine_kwargs: dict[str, object] = Field(default_factory=dict)
+    # openai backend: how a JSON schema is sent. "json_schema" is OpenAI's / vLLM's format;
+    # "json_object" sends {"type": "json_object", "schema": ...} (llama-cpp-python's server).
+    json_format: Literal["json_schema", "json_object"] = "json_schema"
     price_in_per_mtok: float = Field(0.0, ge=0.0)
     price_out_per_mtok: float = Field(0.0, ge=0.0)
 
@@ -294,48 +297,6 @@ class IntentsConfig(_Strict):
     n_test_dropout: int = Field(2, ge=0)               # label-dropout OOD made from unambiguous test utterances
 
 
-class DoubleTurnInput(_Strict):
-    """One open-domain QA file whose questions carry several acceptable answers (core/qa_import.py)."""
-
-    path: str
-    format: Literal["ambigqa", "nq_open", "generic"]
-    split: Literal["train", "eval", "both"] = Field(
-        "both", description="train: SFT data + preference labelling; eval: answer_set_eval; both: all")
-    answers_are_aliases: bool = Field(False, description="nq_open: a record's answers are aliases of ONE answer")
-
-
-class DoubleTurnConfig(_Strict):
-    """Double-turn preferences (Zhang, Knox & Choi): sizes, sampling and evaluation knobs."""
-
-    inputs: list[DoubleTurnInput] = Field(default_factory=lambda: [
-        DoubleTurnInput(path="data/double_turn/demo_ambigqa.json", format="ambigqa"),
-        DoubleTurnInput(path="data/double_turn/demo_nq_open.jsonl", format="nq_open")])
-    max_queries: int | None = Field(4, gt=0, description="per use (train / eval), half ambiguous; null = all")
-    seed: int = 0
-    rounds: int = Field(1, gt=0, description="Y_model sampling rounds; paper: 10")
-    n_shots: int = Field(3, ge=0, description="few-shot exemplars per answerer prompt; paper: 5")
-    sample_temperature: float = Field(1.0, ge=0.0, le=2.0, description="paper: T=1.0")
-    sft_min_answers: int = Field(2, ge=1, description="feasible answers needed to make a clarifying SFT example")
-    n_clarify_sampled: int = Field(1, ge=0, description="sampled clarifying questions besides the greedy one; paper: 5")
-    clarify_temperature: float = Field(1.0, ge=0.0, le=2.0)
-    n_direct_samples: int = Field(3, gt=0, description="Direct-Ans sampled; paper: 20, top-k kept")
-    subjects: list[str] | None = Field(None, description="subject models to evaluate; null = all llm.subjects")
-    final_answerer: Literal["answerer", "subject"] = Field(
-        "answerer", description="who answers after the clarifying turn (paper: a separate Turn-4 model)")
-    random_repeats: int = Field(200, gt=0, description="draws of the random clarify-or-answer baseline")
-    answer_max_tokens: int = Field(32, gt=0)
-    generator_max_tokens: int = Field(220, gt=0)
-    subject_max_tokens: int = Field(48, gt=0)
-    subject_output: Literal["free_text", "json"] = Field(
-        "free_text", description="free_text: the paper's protocol; json: schema-enforced for weak models")
-
-    @model_validator(mode="after")
-    def _has_inputs(self) -> DoubleTurnConfig:
-        if not self.inputs:
-            raise ValueError("double_turn.inputs: list at least one QA file")
-        return self
-
-
 class RetrievalConfig(_Strict):
     """Multi-turn (multimodal) clarification for search (seed: ClariMM / Mario). Demo sizes; paper sizes in
     params.yaml comments."""
@@ -378,18 +339,60 @@ class RetrievalConfig(_Strict):
         return self
 
 
+class DoubleTurnInput(_Strict):
+    """One open-domain QA file whose questions carry several acceptable answers (core/qa_import.py)."""
+
+    path: str
+    format: Literal["ambigqa", "nq_open", "generic"]
+    split: Literal["train", "eval", "both"] = Field(
+        "both", description="train: SFT data + preference labelling; eval: answer_set_eval; both: all")
+    answers_are_aliases: bool = Field(False, description="nq_open: a record's answers are aliases of ONE answer")
+
+
+class DoubleTurnConfig(_Strict):
+    """Double-turn preferences (Zhang, Knox & Choi): sizes, sampling and evaluation knobs."""
+
+    inputs: list[DoubleTurnInput] = Field(default_factory=lambda: [
+        DoubleTurnInput(path="data/double_turn/demo_ambigqa.json", format="ambigqa"),
+        DoubleTurnInput(path="data/double_turn/demo_nq_open.jsonl", format="nq_open")])
+    max_queries: int | None = Field(4, gt=0, description="per use (train / eval), half ambiguous; null = all")
+    seed: int = 0
+    rounds: int = Field(1, gt=0, description="Y_model sampling rounds; paper: 10")
+    n_shots: int = Field(3, ge=0, description="few-shot exemplars per answerer prompt; paper: 5")
+    sample_temperature: float = Field(1.0, ge=0.0, le=2.0, description="paper: T=1.0")
+    sft_min_answers: int = Field(2, ge=1, description="feasible answers needed to make a clarifying SFT example")
+    n_clarify_sampled: int = Field(1, ge=0, description="sampled clarifying questions besides the greedy one; paper: 5")
+    clarify_temperature: float = Field(1.0, ge=0.0, le=2.0)
+    n_direct_samples: int = Field(3, gt=0, description="Direct-Ans sampled; paper: 20, top-k kept")
+    subjects: list[str] | None = Field(None, description="subject models to evaluate; null = all llm.subjects")
+    final_answerer: Literal["answerer", "subject"] = Field(
+        "answerer", description="who answers after the clarifying turn (paper: a separate Turn-4 model)")
+    random_repeats: int = Field(200, gt=0, description="draws of the random clarify-or-answer baseline")
+    answer_max_tokens: int = Field(32, gt=0)
+    generator_max_tokens: int = Field(220, gt=0)
+    subject_max_tokens: int = Field(48, gt=0)
+    subject_output: Literal["free_text", "json"] = Field(
+        "free_text", description="free_text: the paper's protocol; json: schema-enforced for weak models")
+
+    @model_validator(mode="after")
+    def _has_inputs(self) -> DoubleTurnConfig:
+        if not self.inputs:
+            raise ValueError("double_turn.inputs: list at least one QA file")
+        return self
+
+
 class Params(_Strict):
     llm: LLMConfig = Field(default_factory=LLMConfig)
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
     quality: QualityConfig = Field(default_factory=QualityConfig)
     benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    intents: IntentsConfig = Field(default_factory=IntentsConfig)
     logs: LogsConfig = Field(default_factory=LogsConfig)
     questions: QuestionsConfig = Field(default_factory=QuestionsConfig)
     facets: FacetsConfig = Field(default_factory=FacetsConfig)
     annotations: AnnotationsConfig = Field(default_factory=AnnotationsConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
-    intents: IntentsConfig = Field(default_factory=IntentsConfig)
     double_turn: DoubleTurnConfig = Field(default_factory=DoubleTurnConfig)
 
 
