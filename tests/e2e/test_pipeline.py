@@ -14,7 +14,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_dvc_repro_builds_both_groups_then_skips_and_sweeps(project):
-    out = run([str(BIN / "dvc"), "repro"], project).stdout
+    out = run([str(BIN / "dvc"), "repro"], project, timeout=2700).stdout
     assert "Running stage 'benchmark'" in out and "Running stage 'evaluation'" in out
 
     q = pl.read_parquet(project / "assets/benchmark/single_turn_queries.parquet")
@@ -52,7 +52,7 @@ def test_dvc_repro_builds_both_groups_then_skips_and_sweeps(project):
     assert "Running stage" not in again  # nothing changed: DVC skips both stages
 
     # a param sweep re-runs only the stage that reads it (the LLM cache serves everything else)
-    exp = run([str(BIN / "dvc"), "exp", "run", "-S", "evaluation.subject_max_tokens=24"], project).stdout
+    exp = run([str(BIN / "dvc"), "exp", "run", "-S", "evaluation.subject_max_tokens=24"], project, timeout=1800).stdout
     assert "Running stage 'evaluation'" in exp and "Running stage 'benchmark'" not in exp
 
 
