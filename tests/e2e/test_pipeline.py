@@ -13,7 +13,7 @@ from dagster_project.resources.warehouse import read_asset
 pytestmark = pytest.mark.e2e
 
 
-def test_dvc_repro_builds_both_groups_then_skips_and_sweeps(project):
+def test_dvc_repro_builds_both_groups_then_skips_and_sweeps(project, monkeypatch):
     out = run([str(BIN / "dvc"), "repro"], project, timeout=2700).stdout
     assert "Running stage 'benchmark'" in out and "Running stage 'evaluation'" in out
 
@@ -33,7 +33,8 @@ def test_dvc_repro_builds_both_groups_then_skips_and_sweeps(project):
     assert set(p["action"]) <= {"clarify", "answer", "invalid"}
     assert p["raw_output"].null_count() == p.filter(~pl.col("status").is_in(["ok", "parse_error"])).height
 
-    with duckdb.connect(str(project / "assets/warehouse.duckdb"), read_only=True) as con:
+    monkeypatch.chdir(project)  # view paths are relative to the project root, as for any DuckDB client
+    with duckdb.connect("assets/warehouse.duckdb", read_only=True) as con:
         views = {r[0] for r in con.execute(
             "select schema_name || '.' || view_name from duckdb_views() where not internal").fetchall()}
         assert {"benchmark.single_turn_queries", "benchmark.persona_dialogues", "evaluation.predictions",
