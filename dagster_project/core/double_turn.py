@@ -16,6 +16,7 @@ Pure functions: requests in, rows out. No Dagster, no I/O, no model.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from collections import Counter
@@ -129,7 +130,8 @@ def build_feasible_answers(queries: pl.DataFrame, plan: list[dict], requests: li
     """One row per query: Y_human, Y_model (normalised dedup of all rounds) and the NQ-style filter.
 
     ``model_filter_passed`` is false when no model answer matches any gold alias (the paper drops such
-    queries from the Y_model SFT set; here they stay, with ``filter_reason``). ``sft_human`` /
+    queries from the Y_model SFT set; here they stay, with ``filter_reason``). Every answerer reply is
+    kept: ``raw_outputs`` (a list, in plan order) and ``raw_output`` (the same list as one JSON string). ``sft_human`` /
     ``sft_model`` say which feasible set is used for SFT data (ambiguous / at least ``min_answers`` answers).
     """
     by_query: dict[str, list[tuple[dict, ChatRequest, ChatResult]]] = {}
@@ -154,6 +156,7 @@ def build_feasible_answers(queries: pl.DataFrame, plan: list[dict], requests: li
             "sft_human": bool(q["is_ambiguous"] and q["n_interpretations"] >= min_answers),
             "sft_model": bool(passed and len(y_model) >= min_answers),
             "n_calls": len(calls), "sample_statuses": statuses, "raw_outputs": [res.text for _, _, res in calls],
+            "raw_output": json.dumps([res.text for _, _, res in calls], ensure_ascii=False) if calls else None,
             "status": status, "error": errors[0] if errors and status != "ok" else None,
             "model": calls[0][2].model if calls else None,
             "prompt_version": calls[0][1].prompt_version if calls else None,
@@ -191,10 +194,21 @@ def sft_requests(feasible: pl.DataFrame, max_tokens: int) -> tuple[list[dict], l
 _NONE_REPLY = {"", "none", "n/a", "na", "no reply", "no answer"}
 
 
+def _spaced(text: str | None) -> str:
+    """normalize_answer after turning punctuation into spaces ("Cameron's" -> "cameron s", "1990-91" -> "1990 91")."""
+    return normalize_answer(re.sub(r"[^\w\s]", " ", text or ""))
+
+
 def leaks_answer(reply: str | None, aliases: list[str]) -> bool:
-    """True when a normalised alias of the user's answer appears, as whole words, in the normalised reply."""
-    text = f" {normalize_answer(reply)} "
-    return any((key := normalize_answer(a)) and f" {key} " in text for a in aliases)
+    """True when an alias of the user's answer appears, as whole words, in the reply.
+
+    Both sides are compared under SQuAD normalisation and under a variant where punctuation separates
+    words, so "James Cameron's film" and "the Nile-based one" leak "James Cameron" / "Nile" while
+    "1950" does not leak "5".
+    """
+    texts = (f" {normalize_answer(reply)} ", f" {_spaced(reply)} ")
+    keys = {k for a in aliases for k in (normalize_answer(a), _spaced(a)) if k}
+    return any(f" {k} " in t for k in keys for t in texts)
 
 
 def build_clarify_sft(plan: list[dict], requests: list[ChatRequest], results: list[ChatResult]) -> pl.DataFrame:
@@ -250,7 +264,8 @@ def sft_exports(sft: pl.DataFrame) -> dict[str, list[dict[str, Any]]]:
 
     clarify_sft: x -> q (Clarify SFT); answer_after_clarify_sft: (x, q, a_i) -> y_i (the Turn-4 model);
     direct_answer_sft: x -> y_i for every feasible answer (Direct-Ans SFT); sft_dataset: the union of
-    clarify and direct examples (the Clarify-or-Direct-Ans SFT set).
+    clarify and direct examples (the Clarify-or-Direct-Ans SFT set); user_simulator_sft: (x, q, y_i) -> a_i
+    (the paper's User-simulator SFT, §4 and Appendix A.1), see :func:`user_simulator_sft`.
     """
     kept = sft.filter(pl.col("kept"))
     clar = [{"messages": [_msg("user", r["question"]), _msg("assistant", clarify_text(r["clarifying_question"]))]}
@@ -265,7 +280,31 @@ def sft_exports(sft: pl.DataFrame) -> dict[str, list[dict[str, Any]]]:
             seen.add(key)
             direct.append({"messages": [_msg("user", r["question"]), _msg("assistant", r["expected_answer"])]})
     return {"clarify_sft": clar, "answer_after_clarify_sft": after, "direct_answer_sft": direct,
-            "sft_dataset": clar + direct}
+            "sft_dataset": clar + direct, "user_simulator_sft": user_simulator_sft(sft)}
+
+
+def user_simulator_sft(sft: pl.DataFrame) -> list[dict[str, Any]]:
+    """(x, q, y_i) -> a_i examples for fine-tuning a model to serve as the `user_simulator` role.
+
+    The prompt is the one the role is called with (double_turn_user.txt) and the target is the JSON the
+    role must return, so a model trained on this file can be put in the role unchanged. A usable reply
+    gives ``{"reply": a_i, "abstain": false}``; a generator "none" (no clarifying answer points to y_i)
+    gives ``{"reply": "", "abstain": true}``. Leaking replies and rows of unusable generator calls are left
+    out: they would teach the simulator to give the answer away.
+    """
+    prompt = load_prompt("double_turn_user")
+    out = []
+    for r in sft.filter((pl.col("row_type") == "answer") & (pl.col("status") == "ok")).iter_rows(named=True):
+        if r["reason"] is None:
+            target = {"reply": r["user_reply"], "abstain": False}
+        elif r["reason"] == "no clarifying answer":
+            target = {"reply": "", "abstain": True}
+        else:
+            continue
+        msgs = prompt.messages(question=r["question"], clarifying_question=r["clarifying_question"],
+                               expected_answer=r["expected_answer"])
+        out.append({"messages": [*msgs, _msg("assistant", json.dumps(target, ensure_ascii=False))]})
+    return out
 
 
 # --------------------------------------------------------------------------- candidate responses
@@ -705,7 +744,8 @@ def eval_episodes(qa: pl.DataFrame, subject: str, plan: list[dict], requests: li
         q = qinfo[p["query_id"]]
         ep = {"subject": subject, "system": p["system"], "query_id": q["query_id"], "question": q["question"],
               "is_ambiguous": q["is_ambiguous"], "n_gold": q["n_interpretations"], "gold": q["answers"],
-              "raw_outputs": list(res.texts), "model": res.model, "prompt_version": req.prompt_version}
+              "raw_outputs": list(res.texts), "raw_output": res.text, "model": res.model,
+              "prompt_version": req.prompt_version}
         if res.error:
             ep.update(action=None, clarifying_question=None, answers=[], status="llm_error", error=res.error)
         elif p["system"] == "direct_sampled":
@@ -739,7 +779,7 @@ EVAL_SCHEMA = {
     "action": pl.Utf8, "turns": pl.Int64, "clarifying_question": pl.Utf8, "predictions": pl.List(pl.Utf8),
     "owners": pl.List(pl.Int64), "user_replies": pl.List(pl.Utf8), "abstain_reasons": pl.List(pl.Utf8),
     "precision": pl.Float64, "recall": pl.Float64, "f1": pl.Float64, "raw_outputs": pl.List(pl.Utf8),
-    "final_raw_outputs": pl.List(pl.Utf8), **{k: v for k, v in _PROVENANCE.items() if k != "raw_output"},
+    "final_raw_outputs": pl.List(pl.Utf8), **_PROVENANCE,
 }
 
 
@@ -749,6 +789,8 @@ def score_episodes(episodes: list[dict], items: list[dict], sims: list[dict], fi
     ``sims[j]`` is parse_simulation's dict for items[j]; ``finals[j]`` is (answer, status, error, raw) for
     items[j] or None when the user abstained. Direct systems: R as a set, any gold may be matched.
     Clarify turns: R = {y_hat_i}, each counted only when correct for its own user i.
+    ``raw_output`` is the turn-2 reply (sample 0 for Direct-Ans sampled; every sample is in ``raw_outputs``,
+    the user simulator's and final answerer's replies in ``user_replies`` / ``final_raw_outputs``).
     """
     per_episode: dict[int, list[int]] = {}
     for j, it in enumerate(items):
@@ -756,8 +798,8 @@ def score_episodes(episodes: list[dict], items: list[dict], sims: list[dict], fi
     rows = []
     for e, ep in enumerate(episodes):
         row = {k: ep[k] for k in ("subject", "system", "query_id", "is_ambiguous", "n_gold", "action",
-                                  "clarifying_question", "raw_outputs", "model", "prompt_version", "status",
-                                  "error")}
+                                  "clarifying_question", "raw_outputs", "raw_output", "model", "prompt_version",
+                                  "status", "error")}
         row.update(owners=None, user_replies=None, abstain_reasons=None, final_raw_outputs=None,
                    turns=2 if ep["action"] == "clarify" else 1)
         if ep["action"] == "clarify":

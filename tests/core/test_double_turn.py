@@ -103,6 +103,12 @@ def test_leak_filter_whole_words_and_aliases():
     assert dt.leaks_answer("the pacific, please", ["Pacific Ocean", "the Pacific"])
     assert not dt.leaks_answer("the one from 1950", ["5"])  # not inside another number
     assert not dt.leaks_answer("the newer film", ["James Cameron"])
+    # punctuation glued to the answer still leaks it (SQuAD normalisation alone reads "camerons", "nilebased")
+    assert dt.leaks_answer("I mean James Cameron's film", ["James Cameron"])
+    assert dt.leaks_answer("the Nile-based one", ["Nile"])
+    assert dt.leaks_answer("the one in the U.S.", ["U.S."]) and dt.leaks_answer("in the US", ["U.S."])
+    assert dt.leaks_answer("the 1990-91 season", ["1990"])  # "1990 91" contains the year as a word
+    assert not dt.leaks_answer("season 1990-91", ["91 season"])
 
 
 def test_parse_simulation_reasons():
@@ -280,3 +286,66 @@ def test_structured_subject_replies_become_protocol_text():
     assert dt.subject_reply_text("direct_greedy", "The answer is X", "free_text") == "The answer is X"
     _, reqs = dt.subject_requests(pl.DataFrame({"query_id": ["q"], "question": ["x?"]}), 3, 1.0, 0, 16, "json")
     assert [r.json_schema is not None for r in reqs] == [True] * 4 and reqs[1].sampling.n == 3
+
+
+# --------------------------------------------------------------------------- feasible answers, user-simulator SFT
+
+def _qa_one(question="Who directed Titanic?", answers=(("James Cameron",), ("Jean Negulesco",))):
+    return pl.DataFrame({"query_id": ["q1"], "question": [question], "is_ambiguous": [len(answers) > 1],
+                         "n_interpretations": [len(answers)], "answers": [[list(a) for a in answers]],
+                         "gold_answers": [[a[0] for a in answers]]})
+
+
+def test_feasible_answers_dedup_filter_and_raw_outputs():
+    qa = _qa_one()
+    plan, reqs = dt.feasible_answer_requests(qa, [("q1", "x", "y"), ("q2", "Who wrote it?", "Me")], rounds=2,
+                                             n_shots=1, temperature=1.0, seed=0, max_tokens=16)
+    assert [(p["round"], p["decoding"]) for p in plan] == [(0, "greedy"), (0, "sampled"), (1, "greedy"), (1, "sampled")]
+    assert [r.sampling.temperature for r in reqs] == [0.0, 1.0, 0.0, 1.0]
+    texts = ['{"answer": "James Cameron"}', '{"answer": "the james cameron."}', "{oops", '{"answer": "Negulesco"}']
+    res = [ChatResult(texts=[t], model="m") for t in texts]
+    row = dt.build_feasible_answers(qa, plan, reqs, res, min_answers=2).row(0, named=True)
+    # "the james cameron." normalises to the first answer; the broken reply is kept raw, not parsed
+    assert row["y_model"] == ["James Cameron", "Negulesco"] and row["y_model_matches_gold"] == [True, False]
+    # two distinct model answers, one matching gold: passes the filter and is an SFT query at min_answers=2, not 3
+    assert row["model_filter_passed"] and row["filter_reason"] is None and row["sft_model"]
+    assert not dt.build_feasible_answers(qa, plan, reqs, res, min_answers=3)["sft_model"].item()
+    assert row["sample_statuses"] == ["ok", "ok", "parse_error", "ok"] and row["status"] == "ok"
+    assert json.loads(row["raw_output"]) == texts == row["raw_outputs"]
+    assert (row["model"], row["n_calls"]) == ("m", 4)
+    miss = [ChatResult(texts=['{"answer": "Steven Spielberg"}'], model="m")] * 4
+    row = dt.build_feasible_answers(qa, plan, reqs, miss, min_answers=2).row(0, named=True)
+    assert not row["model_filter_passed"] and row["filter_reason"] == "no model answer matches any gold answer"
+
+
+def _sft_frame(generator_reply: str, error: str | None = None) -> pl.DataFrame:
+    plan, reqs = dt.sft_requests(pl.DataFrame({
+        "query_id": ["q1"], "question": ["Who directed Titanic?"], "y_human": [["James Cameron", "Jean Negulesco"]],
+        "y_human_aliases": [[["James Cameron"], ["Jean Negulesco"]]], "y_model": [[]],
+        "sft_human": [True], "sft_model": [False]}), max_tokens=100)
+    return dt.build_clarify_sft(plan, reqs, [ChatResult(texts=[generator_reply], error=error, model="g")])
+
+
+def test_user_simulator_sft_matches_the_role_prompt_and_skips_leaks(tmp_path):
+    three = pl.concat([
+        _sft_frame(json.dumps({"clarifying_question": "Which film, 1997 or 1953?", "reply_1": "The 1997 one.",
+                               "reply_2": "none"})),
+        _sft_frame(json.dumps({"clarifying_question": "Which film?", "reply_1": "I mean James Cameron's",
+                               "reply_2": "The older one"})).with_columns(pl.col("query_id") + "b"),
+        _sft_frame("", error="boom"),
+    ])
+    recs = dt.user_simulator_sft(three)
+    # kept reply -> answer; "none" -> abstain; the leak (James Cameron) and the failed generator call are left out
+    targets = [json.loads(r["messages"][-1]["content"]) for r in recs]
+    assert targets == [{"reply": "The 1997 one.", "abstain": False}, {"reply": "", "abstain": True},
+                       {"reply": "The older one", "abstain": False}]
+    assert all(r["messages"][-1]["role"] == "assistant" for r in recs)
+    # the prompt is exactly what the user_simulator role is sent, so a model trained on it fits the role
+    item = {"question": "Who directed Titanic?", "clarifying_question": "Which film, 1997 or 1953?",
+            "expected_answer": "Jean Negulesco"}
+    assert recs[1]["messages"][:-1] == list(dt.simulation_requests([item])[0].messages)
+    assert dt.sft_exports(three)["user_simulator_sft"] == recs
+    path = tmp_path / "usim.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    ds = datasets.load_dataset("json", data_files=str(path), split="train")
+    assert ds.num_rows == 3 and [m["role"] for m in ds[0]["messages"]] == ["system", "user", "assistant"]

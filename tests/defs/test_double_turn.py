@@ -230,6 +230,8 @@ def test_answer_set_eval_table(built):
     tmp_path, _ = built
     ev = _read(tmp_path, "eval_interactions")
     f1 = {(r["system"], r["query_id"]): r["f1"] for r in ev.iter_rows(named=True)}
+    raw = {(r["system"], r["query_id"]): r["raw_output"] for r in ev.iter_rows(named=True)}
+    assert raw[("clarify", "q1")] == f"Clarifying Question: {GOOD_CQ}" and raw[("direct_greedy", "q2")] == "Mary Shelley"
     assert f1[("direct_greedy", "q1")] == pytest.approx(2 / 3)  # one of two answers: P=1, R=1/2
     assert f1[("direct_sampled", "q1")] == 1.0  # top-2 of the samples covers both readings
     assert f1[("clarify", "q1")] == 1.0 and f1[("clarify", "q3")] == 0.0  # q3's user leaked -> abstain
