@@ -55,6 +55,12 @@ def _usage(llm: LLMResource, role: str, results: list, prefix: str | None = None
     return {f"{prefix or role}_{k}": v for k, v in llm.usage(role, results).items()}
 
 
+def _per_query(results: list, n_queries: int) -> dict:
+    """LLM samples (a request with n samples counts n) per query of this asset, all roles together."""
+    samples = sum(max(len(r.texts), 1) for r in results)
+    return {"llm_samples_per_query": round(samples / n_queries, 2) if n_queries else 0.0}
+
+
 def _selected(qa_sets: pl.DataFrame, use: str) -> pl.DataFrame:
     return qa_sets.filter(pl.col(f"selected_{use}"))
 
@@ -94,7 +100,7 @@ def feasible_answers(context: dg.AssetExecutionContext, params: ParamsResource, 
     results = llm.chat("answerer", reqs, context)
     out = dt.build_feasible_answers(queries, plan, reqs, results, cfg.sft_min_answers)
     context.add_output_metadata({
-        **_usage(llm, "answerer", results), "queries": out.height,
+        **_usage(llm, "answerer", results), **_per_query(results, out.height), "queries": out.height,
         "model_filter_passed": int(out["model_filter_passed"].sum()),
         "filtered_no_gold_match": int((~out["model_filter_passed"]).sum()),
         "mean_model_answers": round(float(out["n_model_answers"].mean() or 0), 2),
@@ -112,7 +118,7 @@ def clarify_sft(context: dg.AssetExecutionContext, params: ParamsResource, llm: 
     out = dt.build_clarify_sft(plan, reqs, results)
     files = {name: write_jsonl(name, recs) for name, recs in dt.sft_exports(out).items()}
     context.add_output_metadata({
-        **_usage(llm, "generator", results),
+        **_usage(llm, "generator", results), **_per_query(results, feasible_answers.height),
         "xq_rows": out.filter(pl.col("row_type") == "clarify").height,
         "xqay_rows": out.filter(pl.col("row_type") == "answer").height,
         "kept": int(out["kept"].sum()),
@@ -139,7 +145,7 @@ def candidate_responses(context: dg.AssetExecutionContext, params: ParamsResourc
     out = dt.build_candidates(queries, c_plan, c_reqs, c_res, d_plan, d_reqs, d_res)
     context.add_output_metadata({
         **_usage(llm, "clarifier", c_res), **_usage(llm, "answerer", d_res),
-        "queries": queries.height, "in_pairs": int(out["in_pairs"].sum()),
+        **_per_query(c_res + d_res, queries.height), "queries": queries.height, "in_pairs": int(out["in_pairs"].sum()),
         "by_kind": dg.MetadataValue.json(dict(out.group_by("kind").len().iter_rows())),
     })
     return out
@@ -155,7 +161,8 @@ def user_simulations(context: dg.AssetExecutionContext, llm: LLMResource, qa_set
     results = llm.chat("user_simulator", reqs, context)
     out = dt.build_simulations(items, reqs, results)
     context.add_output_metadata({
-        **_usage(llm, "user_simulator", results), "simulations": out.height,
+        **_usage(llm, "user_simulator", results), **_per_query(results, candidate_responses["query_id"].n_unique()),
+        "simulations": out.height,
         "abstained": int(out["abstained"].sum()),
         "abstain_reasons": dg.MetadataValue.json(
             {str(k): v for k, v in out.group_by("abstain_reason").len().iter_rows()}),
@@ -180,7 +187,8 @@ def double_turn_outcomes(context: dg.AssetExecutionContext, params: ParamsResour
     out = dt.build_outcomes(qa_sets, candidate_responses, user_simulations, items, reqs, results)
     scores = out.group_by("candidate_id", "kind").agg(pl.col("candidate_score").first())
     context.add_output_metadata({
-        **_usage(llm, "answerer", results), "outcomes": out.height,
+        **_usage(llm, "answerer", results), **_per_query(results, candidate_responses["query_id"].n_unique()),
+        "outcomes": out.height,
         "mean_score_clarify": round(float(scores.filter(pl.col("kind") == "clarify")["candidate_score"].mean() or 0), 3),
         "mean_score_direct": round(float(scores.filter(pl.col("kind") == "direct")["candidate_score"].mean() or 0), 3),
     })
@@ -196,7 +204,8 @@ def single_turn_scores(context: dg.AssetExecutionContext, llm: LLMResource,
     reqs = dt.judge_requests(cands)
     results = llm.chat("judge", reqs, context)
     out = dt.build_single_turn_scores(cands, reqs, results)
-    context.add_output_metadata({**_usage(llm, "judge", results), "scored": int(out["judge_score"].is_not_null().sum())})
+    context.add_output_metadata({**_usage(llm, "judge", results), **_per_query(results, cands["query_id"].n_unique()),
+                                 "scored": int(out["judge_score"].is_not_null().sum())})
     return out
 
 
@@ -243,15 +252,17 @@ def eval_interactions(context: dg.AssetExecutionContext, params: ParamsResource,
     if unknown:
         raise ValueError(f"double_turn.subjects: {unknown} not in llm.subjects {sorted(p.llm.subjects)}")
     queries = _selected(qa_sets, "eval")
-    episodes, meta = [], {}
+    episodes, meta, all_results = [], {}, []
     for s in subjects:
         plan, reqs = dt.subject_requests(queries, cfg.n_direct_samples, cfg.sample_temperature, cfg.seed,
                                          cfg.subject_max_tokens, cfg.subject_output)
         res = llm.chat(f"subject:{s}", reqs, context)
+        all_results += res
         episodes += dt.eval_episodes(qa_sets, s, plan, reqs, res)
         meta |= _usage(llm, f"subject:{s}", res, prefix=f"{s}_turn2")
     items = dt.episode_user_items(episodes)
     sim_res = llm.chat("user_simulator", dt.simulation_requests(items), context)
+    all_results += sim_res
     sims = [dt.parse_simulation(r, it["aliases"]) for it, r in zip(items, sim_res, strict=True)]
     meta |= _usage(llm, "user_simulator", sim_res)
     answered = [j for j, sim in enumerate(sims) if not sim["abstained"]]
@@ -260,12 +271,13 @@ def eval_interactions(context: dg.AssetExecutionContext, params: ParamsResource,
         js = [j for j in answered if _final_role(cfg.final_answerer, episodes[items[j]["episode"]]["subject"]) == role]
         fin_items = [{**items[j], "reply": sims[j]["reply"]} for j in js]
         fin_res = llm.chat(role, dt.final_answer_requests(fin_items, cfg.answer_max_tokens), context)
+        all_results += fin_res
         for j, r in zip(js, fin_res, strict=True):
             finals[j] = (*dt.parse_answer(r.text, r.error), r.text)
         meta |= _usage(llm, role, fin_res, prefix=f"final_{role.replace(':', '_')}")
     out = dt.score_episodes(episodes, items, sims, finals)
-    context.add_output_metadata(meta | {"episodes": out.height, "user_simulations": len(items),
-                                        "eval_queries": queries.height})
+    context.add_output_metadata(meta | _per_query(all_results, queries.height)
+                                | {"episodes": out.height, "user_simulations": len(items), "eval_queries": queries.height})
     return out
 
 

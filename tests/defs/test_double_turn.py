@@ -279,3 +279,16 @@ def test_bad_input_file_names_the_file(tmp_path, monkeypatch):
     failure = result.get_step_failure_events()[0].step_failure_data.error
     assert failure.cause.cls_name == "InputFileError"
     assert "missing.json: file not found" in failure.cause.message
+
+
+def test_llm_samples_per_query_metadata(built):
+    """Closing-note figure: per query, feasible_answers makes rounds x (greedy + sample) = 2 answerer samples;
+    candidate_responses 1 + 1 clarifier and 1 + 3 answerer samples; the judge scores 3, 2 and 2 candidates."""
+    _, result = built
+    meta = {m.asset_key.path[-1]: m.metadata for m in result.get_asset_materialization_events()
+            for m in [m.event_specific_data.materialization]}
+    per_query = {k: v.value for k, v in ((a, md.get("llm_samples_per_query")) for a, md in meta.items()) if v}
+    assert per_query["feasible_answers"] == 2.0
+    assert per_query["candidate_responses"] == 6.0
+    assert per_query["single_turn_scores"] == pytest.approx(7 / 3, abs=0.01)
+    assert per_query["user_simulations"] == pytest.approx(6 / 3, abs=0.01)  # 6 (candidate, user) simulations
