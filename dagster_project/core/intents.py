@@ -40,6 +40,7 @@ ACTIONS = ("intent", "clarify", "out_of_domain", "invalid")
 # Conversation outcomes. The first four are the assistant's doing and are scored; the last two are not.
 OUTCOMES = ("correct", "wrong_intent", "max_turns", "invalid_reply", "llm_error", "user_error")
 SCORED_OUTCOMES = ("correct", "wrong_intent", "max_turns", "invalid_reply")
+PREDICTION_OUTCOMES = ("correct", "wrong_intent")  # the conversation ended with an intent or "out of domain"
 MESSAGE_TYPE = pl.List(pl.Struct({"role": pl.Utf8, "content": pl.Utf8}))
 
 
@@ -1116,9 +1117,11 @@ def keep_count(n: int, percentile: float) -> int:
 def top_percentile_cut(conv: pl.DataFrame, keep_percentile: float, require_correct: bool = True) -> pl.DataFrame:
     """Rank conversations by SDRS (high first) and keep the top `keep_percentile` %: exactly ceil(n * p / 100) of
     the n scored ones. Ties at the cut are broken by conversation_id (ascending), so the count is exact and the
-    result reproducible; a tied conversation left out says so in removed_reason. With require_correct, a kept-rank
-    conversation whose final intent was not the true one is removed too. Unscored conversations (no SDRS) are
-    removed with their score status. Adds sdrs_rank, cut_sdrs, kept, removed_reason."""
+    result reproducible; a tied conversation left out says so in removed_reason. A kept-rank conversation that
+    never reached a final prediction (max_turns, invalid_reply) is removed whatever require_correct says: Appendix C
+    training examples end with the predicted intent. With require_correct, a kept-rank conversation whose final
+    intent was not the true one is removed too. Unscored conversations (no SDRS) are removed with their score
+    status. Adds sdrs_rank, cut_sdrs, kept, removed_reason."""
     scored = conv.filter(pl.col("sdrs").is_not_null()).sort(["sdrs", "conversation_id"], descending=[True, False])
     k = keep_count(scored.height, keep_percentile)
     cut = scored["sdrs"][k - 1] if k > 0 else None
@@ -1131,6 +1134,8 @@ def top_percentile_cut(conv: pl.DataFrame, keep_percentile: float, require_corre
             reason = (f"tied at the cut SDRS {cut:.3f}; ties broken by conversation_id" if cut is not None
                       and r["sdrs"] == cut else f"below the top {keep_percentile:g}% by SDRS (cut {cut:.3f})"
                       if cut is not None else f"top {keep_percentile:g}% of {scored.height} keeps none")
+        elif r["outcome"] not in PREDICTION_OUTCOMES:
+            kept, reason = False, f"no final prediction (outcome {r['outcome']})"
         elif require_correct and r["outcome"] != "correct":
             kept, reason = False, f"final outcome {r['outcome']} (require_correct)"
         rows.append({"conversation_id": r["conversation_id"], "sdrs_rank": r["sdrs_rank"], "kept": kept,
@@ -1236,7 +1241,8 @@ def trl_jsonl(rows: pl.DataFrame) -> str:
 def intent_eval_table(turns: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame:
     """Per subject: IC accuracy on unambiguous queries, mean SDRS (per conversation), mean ARS and the five quality
     means (per assistant turn), the accuracy on ambiguous queries, OOD accuracy (user-provided OOD utterances and
-    label dropout on test utterances), and counts. Conversations that failed outside the assistant (llm_error,
+    label dropout on test utterances: the final prediction within the turn limit is "out of domain"; the subject may
+    ask first, and mean_turns_ood says how often it did), and counts. Conversations that failed outside the assistant (llm_error,
     user_error) are excluded from every share and counted in `excluded`."""
     conv = turns.group_by(["subject", "conversation_id"]).agg(
         pl.col("kind").first(), pl.col("outcome").first(), pl.col("n_assistant_turns").first(),
@@ -1252,6 +1258,8 @@ def intent_eval_table(turns: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame
         *acc("unambiguous", "ic_accuracy"), *acc("ambiguous", "ambiguous_accuracy"), *acc("ood", "ood_accuracy"),
         *acc("ood_dropout", "ood_dropout_accuracy"),
         pl.col("n_assistant_turns").filter((pl.col("kind") == "ambiguous") & valid).mean().alias("mean_turns_ambiguous"),
+        pl.col("n_assistant_turns").filter(pl.col("kind").is_in(["ood", "ood_dropout"]) & valid).mean()
+        .alias("mean_turns_ood"),
         (~valid).sum().alias("excluded"), pl.col("llm_calls").sum().alias("assistant_user_calls"))
     sc = scores.filter(pl.col("kind").is_in(["ambiguous", "unambiguous"]))
     b = sc.group_by("subject").agg(
@@ -1264,7 +1272,7 @@ def intent_eval_table(turns: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame
         pl.col("relevance").is_not_null().sum().alias("n_rated_turns"))
     out = a.join(b, on="subject", how="left")
     cols = ["subject", "ic_accuracy", "sdrs", "ars", "rel", "con", "ra", "fac", "pol", "ood_accuracy",
-            "ood_dropout_accuracy", "ambiguous_accuracy", "mean_turns_ambiguous", "n_unambiguous", "n_ambiguous",
+            "ood_dropout_accuracy", "ambiguous_accuracy", "mean_turns_ambiguous", "mean_turns_ood", "n_unambiguous", "n_ambiguous",
             "n_ood", "n_ood_dropout", "n_scored", "n_rated_turns", "excluded", "assistant_user_calls"]
     return out.select(cols).sort("subject")
 

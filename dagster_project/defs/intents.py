@@ -74,8 +74,10 @@ def intent_utterances(context: dg.AssetExecutionContext, params: ParamsResource,
     total = len(records) + len(malformed)
     kept = kept.with_columns(file_records=pl.lit(total))
     counts = {f"{s}": int(n) for s, n in kept.group_by("split").len().iter_rows()}
+    # `val` rows are kept and counted but feed no asset: nothing is fine-tuned here, so there is no model selection
     context.add_output_metadata({"records": total, "kept": kept.height, "rejected": rejected.height,
-                                 "ood": int(kept["is_ood"].sum()), **{f"split_{k}": v for k, v in counts.items()}},
+                                 "ood": int(kept["is_ood"].sum()), **{f"split_{k}": v for k, v in counts.items()},
+                                 "val_rows_unused": counts.get("val", 0)},
                                 output_name="intent_utterances")
     context.add_output_metadata({"reasons": dg.MetadataValue.json(
         {r: int(n) for r, n in rejected.group_by("reason").len().iter_rows()})},
@@ -141,8 +143,9 @@ def simulated_conversations(context: dg.AssetExecutionContext, params: ParamsRes
                             intent_catalog: pl.DataFrame, intent_utterances: pl.DataFrame,
                             ambiguous_queries: pl.DataFrame) -> pl.DataFrame:
     """Training-split conversations, one row per message: the `assistant` role predicts an intent, asks, or says
-    out of domain; the `user_simulator` answers from the unambiguous query. Unambiguous utterances start
-    single-turn conversations. At most `max_turns` assistant turns."""
+    out of domain; the `user_simulator` answers from the unambiguous query. At most `max_turns` assistant turns.
+    Unambiguous utterances are single-turn conversations (Appendix C: query, then the predicted intent): their
+    limit is one turn, so an assistant that asks on a clear utterance ends at max_turns (SDRS 0, never trained on)."""
     t0 = time.monotonic()
     p = params.load()
     cfg = p.intents
@@ -152,7 +155,7 @@ def simulated_conversations(context: dg.AssetExecutionContext, params: ParamsRes
     una = core.round_robin_sample(intent_utterances.filter(~pl.col("is_ood") & (pl.col("split") == "train")),
                                   cfg.n_unambiguous_train, cfg.seed + 2)
     seeds = (core.ambiguous_seeds(amb, catalog.names, cfg.max_turns, "train/")
-             + core.unambiguous_seeds(una, catalog.names, cfg.max_turns, "train/"))
+             + core.unambiguous_seeds(una, catalog.names, 1, "train/"))
     log = _log(llm, context)
     out = core.simulate_conversations(seeds, log, catalog, demos,
                                       _settings(cfg, "assistant", p.llm.role("user_simulator").seed))
@@ -225,6 +228,7 @@ def keep_percentile_sweep(context: dg.AssetExecutionContext, params: ParamsResou
     """Table 4 layout on the generated data: conversations kept and their mean SDRS at each top percentile."""
     cfg = params.load().intents
     out = core.keep_percentile_sweep(core.conversation_table(conversation_scores), cfg.sweep_percentiles)
+    out = out.with_columns(source=pl.lit("intents/conversation_scores"))
     context.add_output_metadata({"table": dg.MetadataValue.md(core.markdown(out))})
     return out
 
@@ -238,7 +242,8 @@ def eval_conversations(context: dg.AssetExecutionContext, params: ParamsResource
                        ambiguous_queries: pl.DataFrame) -> pl.DataFrame:
     """Held-out test conversations for every subject model (the subject plays the assistant), one row per message,
     with the judge's scores on assistant rows: ambiguous and unambiguous test queries, user-provided OOD utterances
-    and label-dropout OOD (single turn)."""
+    and label-dropout OOD. Every kind runs under the same `max_turns`: a subject may ask before it says out of
+    domain (the user simulator answers from the utterance itself); OOD conversations are not judged."""
     t0 = time.monotonic()
     p = params.load()
     cfg = p.intents
@@ -259,8 +264,8 @@ def eval_conversations(context: dg.AssetExecutionContext, params: ParamsResource
         prefix = f"{subject}/test/"
         seeds = (core.ambiguous_seeds(amb, names, cfg.max_turns, prefix)
                  + core.unambiguous_seeds(una, names, cfg.max_turns, prefix)
-                 + core.unambiguous_seeds(ood, names, 1, prefix, kind="ood")
-                 + core.unambiguous_seeds(drop, names, 1, prefix, kind="ood_dropout"))
+                 + core.unambiguous_seeds(ood, names, cfg.max_turns, prefix, kind="ood")
+                 + core.unambiguous_seeds(drop, names, cfg.max_turns, prefix, kind="ood_dropout"))
         turns = core.simulate_conversations(seeds, log, catalog, demos,
                                             _settings(cfg, f"subject:{subject}", p.llm.role("user_simulator").seed))
         scores = core.score_conversations(turns.filter(pl.col("kind").is_in(["ambiguous", "unambiguous"])), log,
@@ -283,7 +288,11 @@ def intent_eval(context: dg.AssetExecutionContext, eval_conversations: pl.DataFr
     """Table 2 layout per subject: IC accuracy (unambiguous), mean SDRS, ARS, Rel, Con, RA, Fac, Pol; plus OOD
     accuracy (user-provided and label-dropout), accuracy on ambiguous queries and counts."""
     scores = eval_conversations.filter(pl.col("speaker") == "assistant")
-    out = core.intent_eval_table(eval_conversations, scores)
+    models = scores.group_by("subject").agg(
+        model=pl.col("model").drop_nulls().unique().sort().str.join(","),
+        prompt_version=pl.col("prompt_version").drop_nulls().unique().sort().str.join(","))
+    out = core.intent_eval_table(eval_conversations, scores).join(models, on="subject", how="left").with_columns(
+        source=pl.lit("intents/eval_conversations"))
     context.add_output_metadata({"table": dg.MetadataValue.md(core.markdown(out))})
     return out
 

@@ -433,6 +433,7 @@ def test_intent_eval_table_hand_computed():
     assert r["ars"] == pytest.approx(3 / 4)  # per assistant turn
     assert (r["rel"], r["pol"]) == (0.5, 0.0)
     assert r["ood_accuracy"] == 0.5 and r["ood_dropout_accuracy"] == 0.0 and r["ambiguous_accuracy"] == 1.0
+    assert r["mean_turns_ood"] == 1.0 and r["mean_turns_ambiguous"] == 2.0
 
 
 def test_lenient_json_and_provided_ambiguous_queries():
@@ -452,3 +453,91 @@ def test_lenient_json_and_provided_ambiguous_queries():
     assert out["reject_reason"].to_list()[1:] == ["true_intent is not among candidate_intents",
                                                   "missing field 'ambiguous_query' or 'unambiguous_query'",
                                                   "candidate_intents must list at least two catalogue intents"]
+
+
+# --------------------------------------------------------------------------- added in the issue #8 audit
+
+def test_intent_pair_parsing_two_rows_per_pair():
+    plan = pl.DataFrame({"pair_id": ["pair-train-000", "pair-test-001", "pair-test-002"],
+                         "split": ["train", "test", "test"], "intent_a": ["cancel_order"] * 3,
+                         "intent_b": ["track_order"] * 3})
+    reqs = I.pair_requests(plan, _catalog(), 0.7, seed=5)
+    assert [r.sampling.seed for r in reqs] == [5, 6, 7] and all(r.json_schema == I.PAIR_SCHEMA for r in reqs)
+    res = [ChatResult(texts=[json.dumps({"ambiguous_query": "Something about my  order",
+                                         "query_for_a": "Cancel my order", "query_for_b": "Where is my order"})],
+                      model="m"),
+           ChatResult(texts=[json.dumps({"ambiguous_query": "my order", "query_for_a": "My order",
+                                         "query_for_b": "where is it"})], model="m"),
+           ChatResult(error="RuntimeError: down", model="m")]
+    out = I.parse_pairs(plan, reqs, res).sort("query_id")
+    assert out.height == 6  # two rows per pair, failures included
+    ok = out.filter(pl.col("group_id") == "pair-train-000").sort("query_id")
+    assert ok["query_id"].to_list() == ["pair-train-000-a", "pair-train-000-b"]
+    assert ok["ambiguous_query"].to_list() == ["Something about my order"] * 2  # one query, shared
+    assert ok["unambiguous_query"].to_list() == ["Cancel my order", "Where is my order"]
+    assert ok["true_intent"].to_list() == ["cancel_order", "track_order"] and ok["kept"].all()
+    assert ok["candidate_intents"][0].to_list() == ["cancel_order", "track_order"]
+    same = out.filter(pl.col("group_id") == "pair-test-001")
+    assert not same["kept"].any()
+    assert same["reject_reason"][0] == "the ambiguous query and its two versions are not all different"
+    down = out.filter(pl.col("group_id") == "pair-test-002")
+    assert down["status"].to_list() == ["llm_error"] * 2 and not down["kept"].any()
+    assert set(out["method"]) == {"intent_pair"}
+
+
+def test_cut_never_keeps_a_conversation_without_a_final_prediction():
+    conv = _conv([0.0, 0.0, 0.0, 1.0], ["max_turns", "invalid_reply", "wrong_intent", "correct"])
+    out = I.top_percentile_cut(conv, 100, require_correct=False).sort("conversation_id")
+    assert out["kept"].to_list() == [False, False, True, True]  # wrong intent allowed only without require_correct
+    assert out["removed_reason"].to_list()[:2] == ["no final prediction (outcome max_turns)",
+                                                   "no final prediction (outcome invalid_reply)"]
+
+
+def test_label_dropout_true_intent_absent_from_the_whole_system_prompt():
+    cat = I.Catalog(tuple(I.Intent(n, f"about {n.replace('_', ' ')}", (f"ex {i}",)) for i, n in enumerate(NAMES)))
+    demos = [[{"role": "user", "content": "where is my stuff"}, {"role": "assistant", "content": "track_order"}],
+             [{"role": "user", "content": "stop it"}, {"role": "assistant", "content": "cancel_order"}]]
+    seeds = [I.ConversationSeed(f"u{i}", "unambiguous", f"q{i}", f"text {i}", f"text {i}", "track_order",
+                                tuple(NAMES), "train") for i in range(2)]
+    turns = _turns_for([(s, [("user", s.first_message), ("assistant", "track_order")]) for s in seeds])
+    conv = pl.DataFrame({"conversation_id": ["u0", "u1"], "kind": ["unambiguous"] * 2, "method": [None, None],
+                         "split": ["train"] * 2, "query_id": ["q0", "q1"], "true_intent": ["track_order"] * 2,
+                         "outcome": ["correct"] * 2, "n_turns": [1, 1], "sdrs": [1.0, 1.0], "score_status": ["ok"] * 2})
+    out = I.training_conversations(turns, conv, cat, demos, 100, True, ood_fraction=1.0, seed=0,
+                                   examples_per_intent=1)
+    assert out["label_dropout"].all()
+    for r in out.iter_rows(named=True):
+        system = r["messages"][0]["content"]
+        assert "track_order" not in system  # not in the list, not in a demo, not in an example
+        assert "cancel_order" in system and "stop it" in system  # the other demo stays
+        assert "where is my stuff" not in system
+    # without dropout the same prompt does list it, and shows its demo
+    kept = I.training_conversations(turns, conv, cat, demos, 100, True, 0.0, 0, 1)
+    assert "track_order" in kept["messages"][0][0]["content"] and "where is my stuff" in kept["messages"][0][0][
+        "content"]
+
+
+def test_ood_conversations_may_ask_before_saying_out_of_domain():
+    ask = json.dumps({"action": "ask_clarifying_question", "intent": "none", "question": "What do you need?"})
+    ood = json.dumps({"action": "out_of_domain", "intent": "none", "question": ""})
+    pred_true = json.dumps({"action": "predict_intent", "intent": "track_order", "question": ""})
+    cands = [n for n in NAMES if n != "track_order"]
+    seeds = [I.ConversationSeed("o", "ood", "u1", "book a flight", "book a flight", I.OOD_TARGET, tuple(NAMES),
+                                "test", max_turns=3),
+             I.ConversationSeed("d", "ood_dropout", "u2", "where is my parcel", "where is my parcel", I.OOD_TARGET,
+                                tuple(cands), "test", max_turns=3)]
+    chat, calls = _script({"assistant": [ask, pred_true, ood], "user_simulator": ['{"reply": "a flight to Rome"}']})
+    t = I.simulate_conversations(seeds, chat, _catalog(), [], I.SimulationSettings())
+    conv = {r["conversation_id"]: r for r in t.group_by("conversation_id").agg(
+        pl.col("outcome", "n_assistant_turns", "final_prediction").first()).to_dicts()}
+    assert conv["o"] == {"conversation_id": "o", "outcome": "correct", "n_assistant_turns": 2,
+                         "final_prediction": I.OOD_TARGET}
+    # label dropout: the true intent is not a candidate, so predicting it is an unusable reply, not a success
+    assert conv["d"]["outcome"] == "invalid_reply" and conv["d"]["final_prediction"] is None
+    tab = I.intent_eval_table(t.with_columns(subject=pl.lit("s")),
+                              pl.DataFrame(schema={"subject": pl.Utf8, "kind": pl.Utf8, **{
+                                  c: pl.Float64 for c in ("sdrs", "ars", "relevance", "conciseness",
+                                                          "repetition_avoidance", "factuality", "politeness")},
+                                  "assistant_turn": pl.Int64, "conversation_id": pl.Utf8})).row(0, named=True)
+    assert (tab["ood_accuracy"], tab["ood_dropout_accuracy"]) == (1.0, 0.0)
+    assert tab["mean_turns_ood"] == 1.5

@@ -25,6 +25,7 @@ INTENTS = {
 }
 TEXT_TO_INTENT = {t.casefold(): i for i, ts in INTENTS.items() for t in ts}
 WRONG = "cancel it now"  # the scripted assistant misclassifies this one
+ASKS = {"tracking shows nothing", "book a flight to rome"}  # the scripted assistant asks once before answering
 
 
 class ScriptedLLM(LLMResource):
@@ -89,6 +90,8 @@ def responder(job, idx):
                 return json.dumps({"action": "ask_clarifying_question", "intent": "none",
                                    "question": "Is it about tracking or cancelling?"})
             return json.dumps({"action": "predict_intent", "intent": _intent_in(users[-1]), "question": ""})
+        if first.casefold() in ASKS and len(users) == 1:
+            return json.dumps({"action": "ask_clarifying_question", "intent": "none", "question": "Anything else?"})
         true = TEXT_TO_INTENT.get(first.casefold())
         if first.casefold() == WRONG:
             true = "return_item"
@@ -171,9 +174,14 @@ def test_intents_group_with_scripted_llm(tmp_path, monkeypatch):
     assert conv.filter(pl.col("kind") == "ambiguous").height == n_edit_train + 2 + 1  # edits, pair, provided
     assert conv.filter(pl.col("kind") == "unambiguous").height == 9  # every train utterance
     outcomes = dict(conv.group_by("outcome").len().iter_rows())
-    assert outcomes == {"correct": n_edit_train + 1 + 8, "wrong_intent": 1, "max_turns": 2}
-    pair_conv = conv.filter(pl.col("outcome") == "max_turns")
+    assert outcomes == {"correct": n_edit_train + 1 + 7, "wrong_intent": 1, "max_turns": 3}
+    pair_conv = conv.filter((pl.col("outcome") == "max_turns") & (pl.col("kind") == "ambiguous"))
     assert pair_conv["n_assistant_turns"].to_list() == [3, 3] and pair_conv["llm_calls"].to_list() == [5, 5]
+    # an unambiguous utterance is a single-turn conversation: asking on it ends the conversation (no user reply)
+    asked = conv.filter(pl.col("kind") == "unambiguous").filter(pl.col("outcome") != "correct")
+    asked = asked.filter(pl.col("outcome") == "max_turns").row(0, named=True)
+    assert (asked["n_assistant_turns"], asked["llm_calls"]) == (1, 1)
+    assert conv.filter(pl.col("kind") == "unambiguous")["n_assistant_turns"].max() == 1
 
     sc = _read(tmp_path, "conversation_scores")
     per = sc.group_by("conversation_id").agg(pl.col("sdrs", "A", "R", "outcome", "kind").first())
@@ -181,12 +189,16 @@ def test_intents_group_with_scripted_llm(tmp_path, monkeypatch):
     edit_conv = per.filter((pl.col("kind") == "ambiguous") & (pl.col("outcome") == "correct"))
     assert edit_conv["sdrs"].to_list() == [1.0] * (n_edit_train + 1) and edit_conv["R"].to_list() == [1.0] * (
         n_edit_train + 1)
-    assert per.filter(pl.col("outcome") != "correct")["sdrs"].to_list() == [0.0] * 3
+    assert per.filter(pl.col("outcome") != "correct")["sdrs"].to_list() == [0.0] * 4
     # max-turns conversation: "not enough", then "enough" twice while still asking -> ars 1, 0, 0
     mt = sc.filter(pl.col("outcome") == "max_turns").sort("conversation_id", "assistant_turn")
     assert mt["ars"].to_list()[:3] == [1, 0, 0] and mt["A"][0] == pytest.approx(1 / 3)
     una = sc.filter(pl.col("kind") == "unambiguous")
-    assert set(una["info_source"]) == {"by_construction"} and una["judge_calls"].sum() == 0
+    assert set(una["info_source"]) == {"by_construction"}
+    # the only judge call on unambiguous conversations rates the one clarifying question; asking was wrong (ARS 0)
+    asked_turn = una.filter(pl.col("action") == "clarify")
+    assert una["judge_calls"].sum() == 1 and asked_turn["judge_calls"].to_list() == [1]
+    assert asked_turn["ars"].to_list() == [0] and asked_turn["sdrs"].to_list() == [0.0]
 
     tc = _read(tmp_path, "training_conversations")
     assert tc.height == conv.height
@@ -200,6 +212,8 @@ def test_intents_group_with_scripted_llm(tmp_path, monkeypatch):
     assert ranked.filter(pl.col("sdrs_rank") <= k).height == k
     # require_correct: no wrong / unfinished conversation is kept (label-dropout rows are rewritten, so they may be)
     assert not tc.filter((pl.col("outcome") != "correct") & ~pl.col("label_dropout"))["kept"].any()
+    unfinished = tc.filter((pl.col("outcome") == "max_turns") & ~pl.col("label_dropout"))
+    assert "no final prediction (outcome max_turns)" in set(unfinished["removed_reason"])
     lines = (tmp_path / "assets/intents/exports/training_conversations.jsonl").read_text().splitlines()
     assert len(lines) == int(tc["kept"].sum())
     first = json.loads(lines[0])
@@ -215,7 +229,11 @@ def test_intents_group_with_scripted_llm(tmp_path, monkeypatch):
     ev = _read(tmp_path, "intent_eval").row(0, named=True)
     assert ev["subject"] == "smollm2"
     assert ev["n_unambiguous"] == 3 and ev["ic_accuracy"] == 1.0
-    assert ev["n_ood"] == 1 and ev["ood_accuracy"] == 1.0
+    assert ev["n_ood"] == 1 and ev["ood_accuracy"] == 1.0  # it asked once, then said out of domain
+    ood = _read(tmp_path, "eval_conversations").filter(pl.col("kind") == "ood")
+    assert ood["speaker"].to_list() == ["user", "assistant", "user", "assistant"]
+    assert ev["mean_turns_ood"] == pytest.approx((2 + 1 + 1) / 3)
+    assert ev["source"] == "intents/eval_conversations" and ev["model"]
     assert ev["n_ood_dropout"] == 2 and ev["ood_dropout_accuracy"] == 1.0
     n_amb = ev["n_ambiguous"]
     assert n_amb == edits.filter(pl.col("kept") & (pl.col("split") == "test")).height + 2
