@@ -292,3 +292,20 @@ def test_llm_samples_per_query_metadata(built):
     assert per_query["candidate_responses"] == 6.0
     assert per_query["single_turn_scores"] == pytest.approx(7 / 3, abs=0.01)
     assert per_query["user_simulations"] == pytest.approx(6 / 3, abs=0.01)  # 6 (candidate, user) simulations
+
+
+@pytest.mark.parametrize("asset", ["feasible_answers", "eval_interactions", "user_simulations"])
+def test_provenance_check_fails_without_raw_output(built, asset):
+    """The GX suites enforce provenance on LLM rows: blanking one row's raw_output fails the suite."""
+    from dagster_project.defs.checks import SUITES_DIR, load_suite, validate_frame
+
+    tmp_path, _ = built
+    suite = load_suite(SUITES_DIR / f"double_turn.{asset}.yaml")
+    params = load_params(str(tmp_path / "params.yaml"))
+    frame = _read(tmp_path, asset)
+    assert validate_frame(frame, suite, params)[0]
+    blanked = frame.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(None).otherwise(pl.col("raw_output"))
+                                 .alias("raw_output"))
+    ok, results = validate_frame(blanked, suite, params)
+    failed = [k for k, v in results.items() if not v["success"]]
+    assert not ok and len(failed) == 1 and "provenance" in failed[0]
