@@ -963,23 +963,26 @@ def expected_queries(inferred: pl.DataFrame, runs: pl.DataFrame, rankers: Sequen
             frames.append(q.select(
                 pl.format("{}/{}/{}", pl.lit(ranker), pl.col("input"), pl.lit(modality)).alias("run_id"),
                 pl.lit(ranker).alias("ranker"), "input", pl.lit(modality).alias("modality"), "query_id", "facet_id",
-                "n_turns", fallback.alias("fallback_status")))
+                "n_turns", (pl.col("images").list.len() > 0).alias("has_images"), fallback.alias("fallback_status")))
     if not frames:
         return pl.DataFrame(schema={"run_id": pl.Utf8, "ranker": pl.Utf8, "input": pl.Utf8, "modality": pl.Utf8,
                                     "query_id": pl.Utf8, "facet_id": pl.Utf8, "n_turns": pl.Int64,
-                                    "status": pl.Utf8})
+                                    "has_images": pl.Boolean, "status": pl.Utf8})
     exp = pl.concat(frames).join(present, on=["run_id", "query_id"], how="left")
     return exp.with_columns(status=pl.coalesce("run_status", "fallback_status")).drop("run_status", "fallback_status")
 
 
 def evaluation_table(runs: pl.DataFrame, expected: pl.DataFrame, qrels: pl.DataFrame, ks: Sequence[int],
                      evaluate: Callable[..., pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Per-query scores for every run_id, then means overall and by number of turns.
+    """Per-query scores for every run_id, then means overall, by number of turns and on the image subset.
 
-    expected: (run_id, ranker, input, modality, query_id, facet_id, n_turns, status), see expected_queries.
-    A query is evaluated when its status is ok and its facet has a relevant document; the others are
-    counted in n_excluded. A group with nothing to evaluate stays in the table with n_queries 0 and null
-    metrics. `evaluate(qrels, rankings, ks)` is core.metrics.ranking_metrics (pytrec_eval). Returns (table, per-query).
+    expected: (run_id, ranker, input, modality, query_id, facet_id, n_turns, status[, has_images]), see
+    expected_queries. A query is evaluated when its status is ok and its facet has a relevant document; the
+    others are counted in n_excluded. A group with nothing to evaluate stays in the table with n_queries 0 and
+    null metrics. When a multimodal run exists, breakdown 'with_images' repeats the means of every run over
+    only the queries whose turns carry images: the multimodal run covers just those, so text_only vs
+    multimodal is compared there, on the same queries, never across different populations.
+    `evaluate(qrels, rankings, ks)` is core.metrics.ranking_metrics (pytrec_eval). Returns (table, per-query).
     """
     judged = relevant_by_facet(qrels)
     metric_cols = ["mrr", *[f"p_at_{k}" for k in ks], *[f"ndcg_at_{k}" for k in ks]]
@@ -1002,9 +1005,13 @@ def evaluation_table(runs: pl.DataFrame, expected: pl.DataFrame, qrels: pl.DataF
                                                            n_turns=pl.lit(None, pl.Int64))
     by_turns = joined.group_by([*keys, "n_turns"]).agg(aggs).with_columns(breakdown=pl.lit("by_turns"))
     cols = ["breakdown", *keys, "n_turns", "n_queries", "n_excluded", *metric_cols]
-    table = pl.concat([overall.select(cols), by_turns.select(cols)]).sort(
-        "breakdown", "input", "ranker", "modality", "n_turns", descending=[True, False, False, False, False],
-        nulls_last=False)
+    parts = [overall.select(cols), by_turns.select(cols)]
+    if "has_images" in joined.columns and (joined["modality"] == MULTIMODAL).any():
+        parts.append(joined.filter(pl.col("has_images")).group_by(keys).agg(aggs)
+                     .with_columns(breakdown=pl.lit("with_images"), n_turns=pl.lit(None, pl.Int64)).select(cols))
+    order = {"overall": 0, "by_turns": 1, "with_images": 2}
+    table = pl.concat(parts).with_columns(_o=pl.col("breakdown").replace_strict(order, return_dtype=pl.Int64)).sort(
+        "_o", "input", "ranker", "modality", "n_turns", nulls_last=False).drop("_o")
     per_query = joined.filter(pl.col("usable")).select("run_id", *keys, "query_id", "facet_id", "n_turns",
                                                        *metric_cols)
     return table, per_query

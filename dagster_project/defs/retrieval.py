@@ -293,5 +293,7 @@ def retrieval_metrics(context: dg.AssetExecutionContext, params: ParamsResource,
         "evaluated_queries": per_query.height,
         "excluded_queries": int(table.filter(pl.col("breakdown") == "overall")["n_excluded"].sum() or 0),
         "overall": dg.MetadataValue.md(markdown_table(overall)),
+        "with_images": dg.MetadataValue.md(markdown_table(
+            table.filter(pl.col("breakdown") == "with_images").drop("breakdown", "n_turns", "source"))),
     })
     return table

@@ -416,6 +416,33 @@ def test_evaluation_table_overall_by_turns_and_exclusions():
     assert (o2["n_queries"], o2["n_excluded"], o2["mrr"]) == (2, 2, pytest.approx(0.75))
 
 
+def test_with_images_breakdown_compares_modalities_on_the_same_queries():
+    """The multimodal run covers only queries with images; text_only is re-scored on exactly those."""
+    inferred = pl.DataFrame({"query_id": ["a", "b", "c"], "input": ["multi_turn"] * 3, "facet_id": ["F"] * 3,
+                             "n_turns": [2, 2, 3], "status": ["ok"] * 3, "images": [["a.jpg"], [], ["c.jpg"]]})
+    gen_t, gen_m = "generative_rerank/multi_turn/text_only", "generative_rerank/multi_turn/multimodal"
+    runs = pl.DataFrame({
+        "run_id": [gen_t] * 6 + [gen_m] * 4,
+        "ranker": ["generative_rerank"] * 10, "modality": ["text_only"] * 6 + ["multimodal"] * 4,
+        "status": ["ok"] * 10, "query_id": ["a", "a", "b", "b", "c", "c", "a", "a", "c", "c"],
+        "rank": [1, 2] * 5, "doc_id": ["x", "r", "r", "x", "x", "r", "r", "x", "r", "x"]})
+    qrels = pl.DataFrame({"qid": ["F"], "doc_id": ["r"], "rel": [1]})
+    exp = R.expected_queries(inferred, runs, ["generative_rerank"])
+    assert dict(exp.select("query_id", "has_images").unique().iter_rows()) == {"a": True, "b": False, "c": True}
+    table, _ = R.evaluation_table(runs, exp, qrels, [1], ranking_metrics)
+    got = {(r["breakdown"], r["modality"]): (r["n_queries"], r["mrr"]) for r in table.iter_rows(named=True)
+           if r["breakdown"] != "by_turns"}
+    # text_only: a .5, b 1, c .5 -> overall 2/3; on the image subset {a, c}: .5. multimodal: a 1, c 1.
+    assert got[("overall", "text_only")] == (3, pytest.approx(2 / 3))
+    assert got[("with_images", "text_only")] == (2, pytest.approx(0.5))
+    assert got[("overall", "multimodal")] == got[("with_images", "multimodal")] == (2, pytest.approx(1.0))
+    assert table["breakdown"].to_list()[0] == "overall" and table["breakdown"].to_list()[-1] == "with_images"
+    # without any multimodal run there is nothing to compare: no with_images rows
+    t_only, _ = R.evaluation_table(runs.filter(pl.col("modality") == "text_only"),
+                                   exp.filter(pl.col("modality") == "text_only"), qrels, [1], ranking_metrics)
+    assert set(t_only["breakdown"]) == {"overall", "by_turns"}
+
+
 def test_expected_queries_status_rules():
     inferred = pl.DataFrame({"query_id": ["s|multi_turn", "t|multi_turn"], "input": ["multi_turn"] * 2,
                              "facet_id": ["F"] * 2, "n_turns": [2, 2], "status": ["ok", "llm_error"],

@@ -132,8 +132,8 @@ def read(tmp_path, name: str) -> pl.DataFrame:
 
 def test_suites_cover_the_key_assets():
     assets = {s.asset for s in load_suites() if s.group == "retrieval"}
-    assert {"clarification_qa", "documents", "qrels", "sessions", "inferred_queries", "runs",
-            "retrieval_metrics"} <= assets
+    assert {"clarification_qa", "clarification_qa_rejected", "documents", "documents_rejected", "qrels",
+            "qrels_rejected", "sessions", "inferred_queries", "runs", "retrieval_metrics"} <= assets
 
 
 def test_group_with_scripted_llm(tmp_path, monkeypatch):
@@ -272,6 +272,11 @@ def test_images_reach_a_vision_reranker_only(tmp_path, monkeypatch):
     assert parts and all(p[1]["image_url"]["url"].startswith("data:image/") for p in parts)
     m = read(tmp_path, "retrieval_metrics")
     assert set(m["modality"]) == {"text_only", "multimodal"}
+    # with vs without images on the same queries: every run re-scored on the queries that carry images
+    wi = m.filter(pl.col("breakdown") == "with_images")
+    assert set(wi["modality"]) == {"text_only", "multimodal"}
+    assert (wi["n_queries"] + wi["n_excluded"]).n_unique() == 1
+    assert all(c.passed for c in result.get_asset_check_evaluations())
 
     _run(tmp_path, monkeypatch, reranker_vision=True, per_length=2, turn_lengths=[2], inputs=["multi_turn"],
          rankers=["generative_rerank"])
