@@ -442,9 +442,10 @@ def verify_requests(candidates: pl.DataFrame, catalog: Catalog) -> list[ChatRequ
 
 
 def apply_verification(candidates: pl.DataFrame, results: list[ChatResult], names: list[str]) -> pl.DataFrame:
-    """Keep a candidate only when the verifier says ambiguous and names at least two fitting intents."""
+    """Keep a candidate only when the verifier says ambiguous and names at least two fitting intents, the true
+    intent among them (the simulated user will steer towards it, so the verifier must find it plausible too)."""
     extra = []
-    for res in results:
+    for true, res in zip(candidates["true_intent"].to_list(), results, strict=True):
         row = {"verified": False, "fitting_intents": [], "verify_reason": None, "verify_status": "ok",
                "verify_raw_output": res.text, "reject_reason": None}
         if res.error:
@@ -465,6 +466,8 @@ def apply_verification(candidates: pl.DataFrame, results: list[ChatResult], name
                     row["reject_reason"] = "verifier: not ambiguous"
                 elif len(fitting) < 2:
                     row["reject_reason"] = "verifier: fewer than two fitting intents"
+                elif true not in fitting:
+                    row["reject_reason"] = "verifier: the true intent is not among the fitting intents"
                 else:
                     row["verified"] = True
         extra.append(row)

@@ -388,6 +388,15 @@ def test_edit_parsing_rejects_with_reasons():
         {"ambiguous": True, "fitting_intents": ["cancel_order"], "reason": "r"})])], NAMES)
     assert verified["kept"].to_list() == [False]
     assert verified["reject_reason"].to_list() == ["verifier: fewer than two fitting intents"]
+    two = out.head(1).vstack(out.head(1)).vstack(out.head(1))
+    verdicts = [{"ambiguous": True, "fitting_intents": ["Track Order", "cancel_order"], "reason": "r"},
+                {"ambiguous": True, "fitting_intents": ["track_order", "return_item"], "reason": "r"},
+                {"ambiguous": False, "fitting_intents": ["track_order", "cancel_order"], "reason": "clear"}]
+    v = I.apply_verification(two, [ChatResult(texts=[json.dumps(x)]) for x in verdicts], NAMES)
+    assert v["kept"].to_list() == [True, False, False]
+    assert v["fitting_intents"][0].to_list() == ["track_order", "cancel_order"]
+    assert v["reject_reason"].to_list() == [None, "verifier: the true intent is not among the fitting intents",
+                                            "verifier: not ambiguous"]
 
 
 def test_simulation_in_plain_text_mode():
