@@ -105,6 +105,24 @@ def materialize_group(defs, group: str, instance, partitions: list[str] | None =
     return results
 
 
+def _log_days(params: str) -> list[str]:
+    """The daily partitions of group `logs` that have records (a quick streamed pass over logs.paths)."""
+    from dagster_project.core.logs import LogFormatError
+    from dagster_project.defs.logs import PARTITIONS, days_to_ingest
+
+    try:
+        days, counts = days_to_ingest(load_params(params).logs, PARTITIONS.get_partition_keys())
+    except (ValueError, LogFormatError) as err:
+        console.print(str(err), style="red", markup=False)
+        raise typer.Exit(2) from None
+    if not days:
+        console.print("logs: no records in logs.paths fall within logs.date_from / date_to", style="red")
+        raise typer.Exit(1)
+    console.print(f"logs: {len(days)} days with records ({days[0]}..{days[-1]}), "
+                  f"{sum(counts.values())} records in all", markup=False, highlight=False)
+    return days
+
+
 @app.command()
 def materialize(group: str, params: str = typer.Option("params.yaml", help="params file"),
                 partition: list[str] = typer.Option(None, help="only these partition keys of partitioned assets, "
@@ -124,6 +142,8 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
 
     from dagster_project.definitions import defs
 
+    if group == "logs" and not partition:
+        partition = _log_days(params)
     with dg.DagsterInstance.get() as instance:
         try:
             results = materialize_group(defs, group, instance, partition or None,
@@ -310,6 +330,8 @@ def plan(group: str, params: str = typer.Option("params.yaml", help="params file
     from dagster_project.resources.params import ParamsResource
 
     params_abs = os.environ["CLARIFY_PARAMS"]
+    if group == "logs" and not partition:
+        partition = _log_days(params)
     dry = dg.Definitions(assets=list(defs.assets or []), executor=dg.in_process_executor,
                          resources={**(defs.resources or {}), "params": ParamsResource(path=params_abs),
                                     "llm": PlanningLLM(params_path=params_abs)})

@@ -12,11 +12,13 @@ Supported inputs, detected per file from its first recognisable record (gzip acc
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import glob
 import gzip
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +47,7 @@ SUFFIXES = (".json", ".jsonl", ".ndjson", ".json.gz", ".jsonl.gz", ".ndjson.gz",
 
 REJECT_REASONS = (
     "invalid_json", "not_utf8", "wrong_type", "missing_field", "missing_role", "unknown_role", "empty_text",
-    "oversized_message", "no_user_turn", "duplicate_conversation_id", "outside_date_range",
+    "oversized_message", "no_user_turn", "duplicate_conversation_id",
 )
 
 TURN_SCHEMA = {
@@ -55,7 +57,11 @@ TURN_SCHEMA = {
 }
 REJECT_SCHEMA = {
     "source": pl.Utf8, "record_index": pl.Int64, "conversation_id": pl.Utf8, "reason": pl.Utf8,
-    "field": pl.Utf8, "detail": pl.Utf8, "raw": pl.Utf8,
+    "field": pl.Utf8, "detail": pl.Utf8, "raw": pl.Utf8, "log_date": pl.Date,
+}
+LEDGER_SCHEMA = {
+    "log_date": pl.Date, "source": pl.Utf8, "source_format": pl.Utf8, "records_read": pl.Int64,
+    "conversations_kept": pl.Int64, "records_rejected": pl.Int64,
 }
 RAW_SNIPPET = 500
 
@@ -85,19 +91,27 @@ class Rejection(Exception):
 
 @dataclass
 class ReadStats:
-    """Counts that reconcile: records_read == conversations_kept + records_rejected."""
+    """Counts that reconcile: records_read == conversations_kept + records_rejected.
+
+    With a partition date, records_read counts only that day's records; `other_dates` counts the records
+    skipped because they belong to another day, and `dates` counts every record of every day.
+    """
 
     files: dict[str, str] = field(default_factory=dict)  # path -> detected format
     records_read: int = 0
     conversations_kept: int = 0
     records_rejected: int = 0
+    other_dates: int = 0
     turns: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
+    dates: Counter[dt.date] = field(default_factory=Counter)  # every record by its log_date
+    read_by_source: Counter[str] = field(default_factory=Counter)  # this day's records per file
 
     def as_metadata(self) -> dict[str, Any]:
         return {"files": len(self.files), "formats": dict(self.files), "records_read": self.records_read,
                 "conversations_kept": self.conversations_kept, "records_rejected": self.records_rejected,
-                "turns": self.turns, **{f"rejected_{k}": v for k, v in sorted(self.reasons.items())}}
+                "records_other_dates": self.other_dates, "turns": self.turns,
+                **{f"rejected_{k}": v for k, v in sorted(self.reasons.items())}}
 
 
 # --------------------------------------------------------------------------- reading files as record streams
@@ -271,8 +285,7 @@ def normalise_record(obj: Any, fmt: str, max_chars: int) -> dict[str, Any]:
 class LogReadConfig:
     max_message_chars: int = 20_000
     default_log_date: dt.date | None = None  # for records without a timestamp; None -> file modification date
-    date_from: dt.date | None = None
-    date_to: dt.date | None = None
+    partition_date: dt.date | None = None  # read only this day's records (a daily partition); None: all days
     batch_size: int = 10_000  # conversations per yielded frame
 
 
@@ -288,7 +301,10 @@ def read_logs(paths: list[Path], cfg: LogReadConfig, stats: ReadStats | None = N
     """Stream files -> (turns, rejected) frames of at most cfg.batch_size records each.
 
     Only one batch of Python rows is alive at a time, so memory is bounded by the batch, not the log.
-    Conversation ids must be unique across all files (a repeat is quarantined, first one wins).
+    Conversation ids must be unique across all files and days (a repeat is quarantined, first one wins).
+    Every record gets one log_date: its timestamp's day, else the file's date (logs.default_log_date or
+    the file's mtime), which is also the day of a record rejected before its timestamp could be read.
+    With cfg.partition_date, records of other days are counted in stats.other_dates and skipped.
     """
     stats = stats if stats is not None else ReadStats()
     seen: set[str] = set()
@@ -302,9 +318,20 @@ def read_logs(paths: list[Path], cfg: LogReadConfig, stats: ReadStats | None = N
         turns, rejected, in_batch = [], [], 0
         return out
 
-    def reject(rec: RawRecord, reason: str, fld: str | None, detail: str, cid: str | None = None) -> None:
+    def mine(rec: RawRecord, day: dt.date) -> bool:
+        """Count the record under its day; True when it belongs to the day being read."""
+        stats.dates[day] += 1
+        if cfg.partition_date is not None and day != cfg.partition_date:
+            stats.other_dates += 1
+            return False
+        stats.records_read += 1
+        stats.read_by_source[rec.source] += 1
+        return True
+
+    def reject(rec: RawRecord, reason: str, fld: str | None, detail: str, day: dt.date,
+               cid: str | None = None) -> None:
         rejected.append({"source": rec.source, "record_index": rec.index, "conversation_id": cid,
-                         "reason": reason, "field": fld, "detail": detail, "raw": rec.raw})
+                         "reason": reason, "field": fld, "detail": detail, "raw": rec.raw, "log_date": day})
         stats.records_rejected += 1
         stats.reasons[reason] = stats.reasons.get(reason, 0) + 1
 
@@ -312,7 +339,6 @@ def read_logs(paths: list[Path], cfg: LogReadConfig, stats: ReadStats | None = N
         fmt: str | None = None
         file_date = cfg.default_log_date or dt.datetime.fromtimestamp(path.stat().st_mtime, tz=dt.UTC).date()
         for rec in iter_records(path, cfg.batch_size):
-            stats.records_read += 1
             in_batch += 1
             if fmt is None and rec.reason is None:
                 fmt = detect_format(rec.obj)
@@ -323,24 +349,26 @@ def read_logs(paths: list[Path], cfg: LogReadConfig, stats: ReadStats | None = N
                         f"'conversations' (ShareGPT), 'conversation' (WildChat) or 'messages' (OpenAI), got {keys}")
                 stats.files[path.as_posix()] = fmt
             if rec.reason is not None:
-                reject(rec, rec.reason, None, rec.detail or "")
+                if mine(rec, file_date):
+                    reject(rec, rec.reason, None, rec.detail or "", file_date)
             else:
                 assert fmt is not None
                 try:
                     conv = normalise_record(rec.obj, fmt, cfg.max_message_chars)
                 except Rejection as r:
                     cid = rec.obj.get(ID_KEYS[fmt][0]) if isinstance(rec.obj, dict) else None
-                    reject(rec, r.reason, r.field, r.detail, str(cid) if cid is not None else None)
+                    if mine(rec, file_date):
+                        reject(rec, r.reason, r.field, r.detail, file_date, str(cid) if cid is not None else None)
                 else:
                     cid = conv["conversation_id"]
                     log_date = conv["timestamp"].date() if conv["timestamp"] else file_date
-                    if cid in seen:
-                        reject(rec, "duplicate_conversation_id", "id", f"conversation id {cid!r} seen before", cid)
-                    elif (cfg.date_from and log_date < cfg.date_from) or (cfg.date_to and log_date > cfg.date_to):
-                        reject(rec, "outside_date_range", "timestamp",
-                               f"log date {log_date} outside [{cfg.date_from}, {cfg.date_to}]", cid)
-                    else:
-                        seen.add(cid)
+                    duplicate = cid in seen
+                    seen.add(cid)
+                    ours = mine(rec, log_date)
+                    if ours and duplicate:
+                        reject(rec, "duplicate_conversation_id", "id", f"conversation id {cid!r} seen before",
+                               log_date, cid)
+                    elif ours:
                         rows = _turn_rows(rec, fmt, conv, log_date)
                         turns.extend(rows)
                         stats.conversations_kept += 1
@@ -360,6 +388,25 @@ def load_logs(paths: list[Path], cfg: LogReadConfig) -> tuple[pl.DataFrame, pl.D
     turns = pl.concat([t for t, _ in frames]) if frames else pl.DataFrame(schema=TURN_SCHEMA)
     rejected = pl.concat([r for _, r in frames]) if frames else pl.DataFrame(schema=REJECT_SCHEMA)
     return turns, rejected, stats
+
+
+def log_dates(paths: list[Path], cfg: LogReadConfig) -> Counter[dt.date]:
+    """Records per log_date over every file (one streamed pass, nothing kept): the days that have data."""
+    stats = ReadStats()
+    for _ in read_logs(paths, dataclasses.replace(cfg, partition_date=None), stats):
+        pass
+    return stats.dates
+
+
+def ledger(stats: ReadStats, day: dt.date, turns: pl.DataFrame, rejected: pl.DataFrame) -> pl.DataFrame:
+    """One row per file for one day: records read (counted while streaming) beside what was kept and
+    rejected, so a check can prove read = kept + rejected from the stored rows."""
+    kept = dict(turns.group_by("source").agg(pl.col("record_index").n_unique()).iter_rows())
+    rej = dict(rejected.group_by("source").len().iter_rows())
+    rows = [{"log_date": day, "source": src, "source_format": stats.files.get(src), "records_read": n,
+             "conversations_kept": kept.get(src, 0), "records_rejected": rej.get(src, 0)}
+            for src, n in sorted(stats.read_by_source.items())]
+    return pl.DataFrame(rows, schema=LEDGER_SCHEMA)
 
 
 # --------------------------------------------------------------------------- prefilter (no LLM)

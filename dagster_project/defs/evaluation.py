@@ -15,7 +15,7 @@ from dagster_project.core.agent.method import (
     MethodSettings, predictions_frame, sample_dialogues, turns_from_frame,
 )
 from dagster_project.core.agent.registry import build_method, calls_per_turn
-from dagster_project.core.config import BENCHMARK_DATASET, Params, load_params
+from dagster_project.core.config import BENCHMARK_DATASET, Params
 from dagster_project.core.external import REJECTED_SCHEMA, TURN_SCHEMA, ExternalDataError, import_dataset
 from dagster_project.core.judge import (
     asked_expr, candidate_turns, pairwise_outcome, pairwise_requests, parse_score, parse_verdict,
@@ -28,19 +28,13 @@ from dagster_project.core.report import ReportInputs, markdown_table, question_q
 from dagster_project.core.taxonomy import PERSONAS
 from dagster_project.resources.embedder import EmbedderResource, minilm_path
 from dagster_project.resources.llm import LLMResource
-from dagster_project.resources.params import ParamsResource, default_params_path
+from dagster_project.resources.params import ParamsResource, definition_params
 from dagster_project.resources.warehouse import ASSETS_DIR
 
 GROUP = "evaluation"
 EVALUATED = ["ok", "parse_error"]  # invalid replies count as wrong; LLM / input failures are excluded
 KEEP = ["dataset", "dialogue_id", "query_id", "subtype", "persona", "turn", "reference_action", "reference_question"]
 DIALOGUE_COLUMNS = [*KEEP, "n_turns", "messages", "status", "error"]
-
-
-def _definition_params() -> Params:
-    """params.yaml as seen when the code location loads (partitions are fixed per load; reload to change)."""
-    path = Path(default_params_path())
-    return load_params(path) if path.exists() else Params()
 
 
 def partitions_for(params: Params) -> dg.MultiPartitionsDefinition:
@@ -340,4 +334,4 @@ def build_assets(params: Params) -> tuple:
 
 
 (external_dialogues, predictions, judge_scores, pairwise_judgements, metric_tables, method_comparison,
- report) = build_assets(_definition_params())
+ report) = build_assets(definition_params())

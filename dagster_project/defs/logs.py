@@ -1,29 +1,34 @@
 """Group `logs` (ClariLM §3.2.1): chat logs -> one row per turn, the clarification prefilter, LLM extraction.
 
-raw_logs is not partitioned yet: the warehouse IO manager writes one Parquet file per asset. Every turn
-carries `log_date` (from the record's timestamp, else logs.default_log_date), and logs.date_from /
-logs.date_to restrict a run to a date range (records outside it land in raw_logs_rejected).
+Every asset of the group is partitioned by day (the turn's `log_date`: the record's timestamp, else
+logs.default_log_date or the file's mtime). A partition streams every file in logs.paths and keeps only
+its own day's records, so a schedule can ingest yesterday's logs and a backfill can reprocess a date
+range. `clarify materialize logs` (the DVC stage) runs only the days that have records.
 """
 
 import datetime as dt
 import time
+from collections import Counter
 
 import dagster as dg
 import polars as pl
 
+from dagster_project.core.config import LogsConfig
 from dagster_project.core.logs import (
     PREFILTER_REASONS,
     LogReadConfig,
     expand_paths,
     extraction_requests,
+    ledger,
     load_logs,
+    log_dates,
     parse_extractions,
     pass_rate,
     prefilter,
     skipped_extractions,
 )
 from dagster_project.resources.llm import LLMResource
-from dagster_project.resources.params import ParamsResource
+from dagster_project.resources.params import ParamsResource, definition_params
 
 GROUP = "logs"
 
@@ -32,35 +37,66 @@ def _date(value: str | None) -> dt.date | None:
     return dt.date.fromisoformat(value) if value else None
 
 
+def daily_partitions(cfg: LogsConfig) -> dg.DailyPartitionsDefinition:
+    """One partition per log day from logs.partition_start; the newest is yesterday (today is still filling)."""
+    return dg.DailyPartitionsDefinition(start_date=cfg.partition_start)
+
+
+def read_config(cfg: LogsConfig, day: dt.date | None = None) -> LogReadConfig:
+    return LogReadConfig(max_message_chars=cfg.max_message_chars, default_log_date=_date(cfg.default_log_date),
+                         partition_date=day, batch_size=cfg.read_batch_size)
+
+
+def days_to_ingest(cfg: LogsConfig, partition_keys: list[str]) -> tuple[list[str], Counter[dt.date]]:
+    """The partition keys that have records (within logs.date_from / date_to), and every day's record count.
+
+    Raises ValueError naming the days no partition can hold (before logs.partition_start, or not yet
+    closed), so no record is skipped silently."""
+    counts = log_dates(expand_paths(cfg.paths), read_config(cfg))
+    known = set(partition_keys)
+    lo, hi = _date(cfg.date_from), _date(cfg.date_to)
+    wanted = {d for d in counts if (lo is None or d >= lo) and (hi is None or d <= hi)}
+    homeless = sorted(d for d in wanted if d.isoformat() not in known)
+    if homeless:
+        raise ValueError(
+            f"logs: {sum(counts[d] for d in homeless)} records are dated {homeless[0]}..{homeless[-1]}, outside the "
+            f"daily partitions ({partition_keys[0] if partition_keys else 'none'}..{partition_keys[-1] if partition_keys else 'none'}): "
+            "lower logs.partition_start, or wait until the day has ended, or narrow logs.date_from / date_to")
+    return sorted(d.isoformat() for d in wanted), counts
+
+
+PARTITIONS = daily_partitions(definition_params().logs)
+
+
 @dg.multi_asset(
     group_name=GROUP,
+    partitions_def=PARTITIONS,
     outs={
         "raw_logs": dg.AssetOut(key=[GROUP, "raw_logs"], kinds={"polars"},
-                                description="One row per turn of every well-formed conversation in logs.paths."),
+                                description="One row per turn of every well-formed conversation of the day."),
         "raw_logs_rejected": dg.AssetOut(key=[GROUP, "raw_logs_rejected"], kinds={"polars"},
-                                         description="Malformed log records, one row each, with reason and field."),
+                                         description="Malformed log records of the day, one row each, with reason and field."),
+        "raw_logs_ledger": dg.AssetOut(key=[GROUP, "raw_logs_ledger"], kinds={"polars"},
+                                       description="Per file and day: records read, conversations kept, records rejected."),
     },
 )
 def raw_logs(context: dg.AssetExecutionContext, params: ParamsResource):
-    """Read every file in logs.paths (format detected per file, streamed), quarantine malformed records."""
+    """Stream every file in logs.paths (format detected per file), keep the partition's day, quarantine malformed records."""
     cfg = params.load().logs
+    day = dt.date.fromisoformat(context.partition_key)
     t0 = time.monotonic()
-    paths = expand_paths(cfg.paths)
-    turns, rejected, stats = load_logs(paths, LogReadConfig(
-        max_message_chars=cfg.max_message_chars, default_log_date=_date(cfg.default_log_date),
-        date_from=_date(cfg.date_from), date_to=_date(cfg.date_to), batch_size=cfg.read_batch_size))
-    meta = stats.as_metadata() | {"read_s": round(time.monotonic() - t0, 3),
-                                  "log_dates": dg.MetadataValue.json(
-                                      {str(d): n for d, n in turns.group_by("log_date").len().sort("log_date")
-                                       .iter_rows()})}
-    context.log.info(f"logs: {stats.records_read} records read, {stats.conversations_kept} kept, "
-                     f"{stats.records_rejected} rejected, {stats.turns} turns")
+    turns, rejected, stats = load_logs(expand_paths(cfg.paths), read_config(cfg, day))
+    meta = stats.as_metadata() | {"read_s": round(time.monotonic() - t0, 3), "log_date": str(day)}
+    context.log.info(f"logs {day}: {stats.records_read} records of the day read, {stats.conversations_kept} kept, "
+                     f"{stats.records_rejected} rejected, {stats.turns} turns ({stats.other_dates} of other days)")
     yield dg.Output(turns, output_name="raw_logs", metadata=meta)
     yield dg.Output(rejected, output_name="raw_logs_rejected",
                     metadata={"records_read": stats.records_read, "records_rejected": stats.records_rejected})
+    yield dg.Output(ledger(stats, day, turns, rejected), output_name="raw_logs_ledger",
+                    metadata={"files": len(stats.read_by_source)})
 
 
-@dg.asset(key_prefix=GROUP, group_name=GROUP, kinds={"polars"},
+@dg.asset(key_prefix=GROUP, group_name=GROUP, kinds={"polars"}, partitions_def=PARTITIONS,
           ins={"raw_logs": dg.AssetIn(key=[GROUP, "raw_logs"])})
 def log_candidates(context: dg.AssetExecutionContext, params: ParamsResource, raw_logs: pl.DataFrame) -> pl.DataFrame:
     """Every assistant turn; `kept` when it asks the user something short and is followed by a user reply."""
@@ -78,11 +114,12 @@ def log_candidates(context: dg.AssetExecutionContext, params: ParamsResource, ra
     return out
 
 
-@dg.asset(key_prefix=GROUP, group_name=GROUP, kinds={"polars"},
+@dg.asset(key_prefix=GROUP, group_name=GROUP, kinds={"polars"}, partitions_def=PARTITIONS,
           ins={"log_candidates": dg.AssetIn(key=[GROUP, "log_candidates"])})
 def log_clarifications(context: dg.AssetExecutionContext, params: ParamsResource, llm: LLMResource,
                        log_candidates: pl.DataFrame) -> pl.DataFrame:
-    """(q_i, c, q_{i+1}, f) tuples: the extractor judges each kept candidate with few-shot demonstrations."""
+    """(q_i, c, q_{i+1}, f) tuples: the extractor judges each kept candidate with few-shot demonstrations
+    (logs.max_extractions caps the calls per day)."""
     cfg = params.load().logs
     cands = log_candidates.filter(pl.col("kept")).sort("candidate_id")
     limit = cfg.max_extractions
@@ -99,3 +136,11 @@ def log_clarifications(context: dg.AssetExecutionContext, params: ParamsResource
         "not_clarification": int((out["reject_reason"] == "not_clarification").sum()),
     })
     return out
+
+
+logs_daily_job = dg.define_asset_job(
+    "logs_daily", selection=dg.AssetSelection.groups(GROUP), partitions_def=PARTITIONS,
+    description="Ingest one day of chat logs: raw turns, the prefilter and the LLM extraction.")
+
+# Each midnight (UTC) ingests the day that just ended. Off until switched on in the UI (Automation tab).
+logs_daily_schedule = dg.build_schedule_from_partitioned_job(logs_daily_job, hour_of_day=0, minute_of_hour=30)

@@ -15,7 +15,9 @@ from dagster_project.core.logs import (
     LogReadConfig,
     expand_paths,
     extraction_requests,
+    ledger,
     load_logs,
+    log_dates,
     parse_extraction,
     parse_extractions,
     pass_rate,
@@ -125,10 +127,9 @@ def test_every_quarantine_reason(tmp_path):
         {"conversation_hash": "onlybot", "conversation": [{"role": "assistant", "content": "hello"}]},
         {"conversation_hash": "badtime", "timestamp": "yesterday", "conversation": [{"role": "user", "content": "x"}]},
         _wc("ok", "again", "dup"),
-        _wc("old", "q", "a", ts="2023-01-01T00:00:00Z"),
     ]
     p = _jsonl(tmp_path / "w.jsonl", recs)
-    turns, rej, stats = _read([p], max_message_chars=100, date_from=dt.date(2024, 1, 1))
+    turns, rej, stats = _read([p], max_message_chars=100)
     by_id = {r["record_index"]: (r["reason"], r["field"]) for r in rej.to_dicts()}
     assert by_id == {
         1: ("invalid_json", None), 2: ("not_utf8", None), 3: ("wrong_type", "conversation"),
@@ -136,10 +137,10 @@ def test_every_quarantine_reason(tmp_path):
         7: ("unknown_role", "conversation[0].role"), 8: ("empty_text", "conversation[0].content"),
         9: ("wrong_type", "conversation[0].content"), 10: ("oversized_message", "conversation[0].content"),
         11: ("no_user_turn", "conversation"), 12: ("wrong_type", "timestamp"),
-        13: ("duplicate_conversation_id", "id"), 14: ("outside_date_range", "timestamp"),
+        13: ("duplicate_conversation_id", "id"),
     }
     assert set(turns["conversation_id"]) == {"ok"}
-    assert stats.records_read == 15 == stats.conversations_kept + stats.records_rejected
+    assert stats.records_read == 14 == stats.conversations_kept + stats.records_rejected
     assert "caf" in rej.filter(pl.col("reason") == "not_utf8")["raw"][0]  # raw kept for inspection
 
 
@@ -269,3 +270,45 @@ def test_extraction_requests_and_results_table():
     assert out["status"].to_list() == ["ok", "llm_error"]
     assert out["kept"].to_list() == [True, False]
     assert out["raw_output"].to_list() == ['{"is_clarification": true, "facet": "where"}', None]
+
+
+# --------------------------------------------------------------------------- daily partitions
+
+def _days_file(tmp_path):
+    return _jsonl(tmp_path / "d.jsonl", [
+        _wc("a", "q1", "r1", ts="2024-05-01T09:00:00Z"),
+        b"{broken",  # rejected before its timestamp is read: the file's date (default_log_date 2024-01-01)
+        _wc("b", "q2", "r2", ts="2024-05-02T23:59:59Z"),
+        _wc("a", "again", "dup", ts="2024-05-02T10:00:00Z"),  # first "a" was on 05-01: still a duplicate
+        {"conversation_hash": "c", "timestamp": "2024-05-02T08:00:00Z", "conversation": []},  # malformed: file date
+    ])
+
+
+def test_a_partition_keeps_only_its_day_and_reconciles(tmp_path):
+    p = _days_file(tmp_path)
+    turns, rej, stats = _read([p], partition_date=dt.date(2024, 5, 2))
+    assert set(turns["conversation_id"]) == {"b"} and set(turns["log_date"]) == {dt.date(2024, 5, 2)}
+    assert rej["reason"].to_list() == ["duplicate_conversation_id"] and rej["log_date"][0] == dt.date(2024, 5, 2)
+    assert stats.records_read == 2 == stats.conversations_kept + stats.records_rejected
+    assert stats.other_dates == 3 and stats.read_by_source == {p.as_posix(): 2}
+    assert stats.dates == {dt.date(2024, 5, 1): 1, dt.date(2024, 1, 1): 2, dt.date(2024, 5, 2): 2}
+
+
+def test_partitions_together_read_every_record_once(tmp_path):
+    p = _days_file(tmp_path)
+    days = log_dates([p], LogReadConfig(default_log_date=dt.date(2024, 1, 1)))
+    assert sum(days.values()) == 5
+    seen = []
+    for day in days:
+        turns, rej, stats = _read([p], partition_date=day)
+        book = ledger(stats, day, turns, rej)
+        assert book.select("records_read", "conversations_kept", "records_rejected").row(0) == (
+            stats.records_read, turns["record_index"].n_unique(), rej.height)
+        seen += turns["record_index"].unique().to_list() + rej["record_index"].to_list()
+    assert sorted(seen) == [0, 1, 2, 3, 4]
+
+
+def test_ledger_of_a_day_without_records_is_empty(tmp_path):
+    p = _days_file(tmp_path)
+    turns, rej, stats = _read([p], partition_date=dt.date(2024, 6, 1))
+    assert turns.height == rej.height == 0 and ledger(stats, dt.date(2024, 6, 1), turns, rej).height == 0

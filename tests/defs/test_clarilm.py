@@ -7,15 +7,16 @@ from pathlib import Path
 import dagster as dg
 import numpy as np
 import polars as pl
+import pytest
 import yaml
 from fakes import ScriptedBackend
 
 from dagster_project.core.config import load_params
 from dagster_project.defs import annotations, facets, logs, questions
-from dagster_project.defs.checks import build_checks
+from dagster_project.defs.checks import build_checks, load_suite, validate_frame
 from dagster_project.resources.llm import Job, LLMClient, LLMResource
 from dagster_project.resources.params import ParamsResource
-from dagster_project.resources.warehouse import WarehouseIOManager
+from dagster_project.resources.warehouse import WarehouseIOManager, read_asset
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTED: dict[str, ScriptedBackend] = {}
@@ -92,24 +93,46 @@ def _params(tmp_path: Path, **sections) -> str:
     return str(path)
 
 
+class _Runs:
+    """The runs of one pipeline call (one per log day, then one for the unpartitioned groups) seen as one."""
+
+    def __init__(self, results: list) -> None:
+        self.results = results
+        self.success = all(r.success for r in results)
+
+    def get_asset_check_evaluations(self) -> list:
+        return [c for r in self.results for c in r.get_asset_check_evaluations()]
+
+
 def _run(tmp_path, monkeypatch, modules, responder=clarilm_responder, fail=None, **sections):
+    """Materialize the `logs` group one day partition at a time (the days that have records), then the rest."""
     monkeypatch.chdir(tmp_path)
     if not (tmp_path / "data").exists():
         shutil.copytree(REPO / "data", tmp_path / "data", ignore=shutil.ignore_patterns("*.py"))
     SCRIPTED["backend"] = ScriptedBackend(responder, fail)
     params = _params(tmp_path, **sections)
     groups = {m.GROUP for m in modules}
-    checks = [c for c in build_checks() if next(iter(c.check_keys)).asset_key.path[0] in groups]
-    return dg.materialize(
-        [*dg.load_assets_from_modules(modules), *checks],
-        resources={"io_manager": WarehouseIOManager(), "params": ParamsResource(path=params),
-                   "llm": ScriptedLLM(params_path=params), "embedder": WordEmbedder()},
-        raise_on_error=False,
-    )
+    resources = {"io_manager": WarehouseIOManager(), "params": ParamsResource(path=params),
+                 "llm": ScriptedLLM(params_path=params), "embedder": WordEmbedder()}
+
+    def checks_of(group_names):
+        return [c for c in build_checks() if next(iter(c.check_keys)).asset_key.path[0] in group_names]
+
+    days, _ = logs.days_to_ingest(load_params(params).logs, logs.PARTITIONS.get_partition_keys())
+    log_assets = [*dg.load_assets_from_modules([logs]), *checks_of({logs.GROUP})]
+    results = [dg.materialize(log_assets, resources=resources, partition_key=day, raise_on_error=False)
+               for day in days]
+    rest = [m for m in modules if m is not logs]
+    if rest:
+        results.append(dg.materialize(
+            [*dg.load_assets_from_modules(modules), *checks_of(groups - {logs.GROUP})],
+            selection=dg.AssetSelection.groups(*(m.GROUP for m in rest)), resources=resources,
+            raise_on_error=False))
+    return _Runs(results)
 
 
 def _read(tmp_path, group, name) -> pl.DataFrame:
-    return pl.read_parquet(tmp_path / "assets" / group / f"{name}.parquet")
+    return read_asset(tmp_path / "assets", group, name)
 
 
 def _checks_pass(result):
@@ -121,7 +144,11 @@ def _checks_pass(result):
 def test_logs_group_on_the_shipped_sample(tmp_path, monkeypatch):
     result = _run(tmp_path, monkeypatch, [logs])
     assert result.success
-    assert {"gx_raw_logs", "gx_raw_logs_rejected", "gx_log_candidates", "gx_log_clarifications"} <= _checks_pass(result)
+    assert {"gx_raw_logs", "gx_raw_logs_rejected", "gx_raw_logs_ledger", "gx_log_candidates",
+            "gx_log_clarifications"} <= _checks_pass(result)
+    assert len(result.results) == 3  # one run per day with records: 2024-05-01..03
+    assert sorted(p.stem for p in (tmp_path / "assets/logs/raw_logs").glob("*.parquet")) == [
+        "2024-05-01", "2024-05-02", "2024-05-03"]
     raw = _read(tmp_path, "logs", "raw_logs")
     rej = _read(tmp_path, "logs", "raw_logs_rejected")
     assert raw["conversation_id"].n_unique() == 37 and rej.height == 7
@@ -139,13 +166,39 @@ def test_logs_group_on_the_shipped_sample(tmp_path, monkeypatch):
     assert len(SCRIPTED["backend"].jobs) == 17  # one extraction call per candidate
 
 
+def test_ledger_check_fails_when_a_quarantined_record_goes_missing(tmp_path, monkeypatch):
+    assert _run(tmp_path, monkeypatch, [logs]).success
+    suite = load_suite(REPO / "expectations/logs.raw_logs_ledger.yaml")
+    ledger = _read(tmp_path, "logs", "raw_logs_ledger")
+    params = load_params(tmp_path / "params.yaml")
+    assert validate_frame(ledger, suite, params)[0]
+    day = next(p for p in (tmp_path / "assets/logs/raw_logs_rejected").glob("*.parquet") if pl.read_parquet(p).height)
+    pl.read_parquet(day).slice(1).write_parquet(day)  # one rejected record silently lost
+    ok, results = validate_frame(ledger, suite, params)
+    assert not ok and [k for k, v in results.items() if not v["success"]] == [
+        "02 read = kept + rejected, per file and day, from the stored partitions"]
+
+
+def test_days_outside_the_partitions_are_an_error_not_a_silent_skip(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(REPO / "data", tmp_path / "data", ignore=shutil.ignore_patterns("*.py"))
+    cfg = load_params(_params(tmp_path)).logs
+    keys = dg.DailyPartitionsDefinition(start_date="2024-05-02").get_partition_keys()
+    with pytest.raises(ValueError, match=r"records are dated 2024-05-01\.\.2024-05-01.*logs.partition_start"):
+        logs.days_to_ingest(cfg, keys)
+    days, counts = logs.days_to_ingest(cfg.model_copy(update={"date_from": "2024-05-02"}), keys)
+    assert days == ["2024-05-02", "2024-05-03"] and sum(counts.values()) == 44
+
+
 def test_logs_max_extractions_keeps_skipped_rows(tmp_path, monkeypatch):
     result = _run(tmp_path, monkeypatch, [logs], logs={"max_extractions": 5})
     assert result.success
     _checks_pass(result)
     clar = _read(tmp_path, "logs", "log_clarifications")
-    assert clar.height == 17 and (clar["status"] == "skipped").sum() == 12
-    assert len(SCRIPTED["backend"].jobs) == 5
+    per_day = _read(tmp_path, "logs", "log_candidates").filter("kept").group_by("log_date").len()["len"].to_list()
+    assert sum(per_day) == 17 and len(per_day) > 1  # the cap applies per day (partition)
+    assert clar.height == 17 and (clar["status"] == "skipped").sum() == sum(max(n - 5, 0) for n in per_day)
+    assert len(SCRIPTED["backend"].jobs) == sum(min(n, 5) for n in per_day)
 
 
 def test_logs_llm_errors_become_rows_and_fail_the_error_rate_check(tmp_path, monkeypatch):
