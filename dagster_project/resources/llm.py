@@ -38,9 +38,13 @@ class JobOutput:
     tokens_in: int = 0
     tokens_out: int = 0
     error: str | None = None
+    latency_s: float | None = None  # this job's own wall time, when the backend measures it
 
 
 class Backend(Protocol):
+    """generate(jobs) -> outputs, one chunk at a time. A backend that can keep many requests in flight may
+    also offer generate_each(jobs, on_done), calling on_done(i, output) as each job ends (see OpenAIBackend)."""
+
     chunk_size: int  # requests per call; also the grain of progress reports and cache commits
 
     def generate(self, jobs: list[Job]) -> list[JobOutput]: ...
@@ -166,16 +170,29 @@ class OpenAIBackend:
         self.backoff_initial_s, self.backoff_max_s = 1.0, 30.0
 
     def generate(self, jobs: list[Job]) -> list[JobOutput]:
-        return asyncio.run(self._all(jobs))
+        outs: list[JobOutput] = [JobOutput() for _ in jobs]
+        self.generate_each(jobs, outs.__setitem__)
+        return outs
 
-    async def _all(self, jobs: list[Job]) -> list[JobOutput]:
+    def generate_each(self, jobs: list[Job], on_done: Callable[[int, JobOutput], None]) -> None:
+        """All jobs in flight at once (at most `concurrency` requests open); on_done(i, output) as each ends."""
+        asyncio.run(self._all(jobs, on_done))
+
+    async def _all(self, jobs: list[Job], on_done: Callable[[int, JobOutput], None]) -> None:
         from openai import AsyncOpenAI
 
         client = AsyncOpenAI(base_url=self.cfg.base_url, api_key=self._key, timeout=self.cfg.timeout_s,
                              max_retries=0)
         sem = asyncio.Semaphore(self.cfg.concurrency)
+
+        async def run(i: int, job: Job) -> None:
+            t = time.monotonic()
+            out = await self._one(client, sem, job)
+            out.latency_s = time.monotonic() - t
+            on_done(i, out)
+
         try:
-            return await asyncio.gather(*(self._one(client, sem, j) for j in jobs))
+            await asyncio.gather(*(run(i, j) for i, j in enumerate(jobs)))
         finally:
             await client.close()
 
@@ -292,6 +309,43 @@ BACKENDS: dict[str, Callable[[RoleConfig], Backend]] = {
 
 # --------------------------------------------------------------------------- the client every asset uses
 
+class _ResultSink:
+    """Backend outputs -> ChatResults, with the answered samples buffered until the next cache commit."""
+
+    def __init__(self, cache: LLMCache, model: str, keys: list[list[str]], results: list[ChatResult],
+                 pending: list[tuple[int, Job]]):
+        self.cache, self.model, self.keys, self.results, self.pending = cache, model, keys, results, pending
+        self.rows: list[tuple[str, str, str, int, int]] = []
+        self.taken = [False] * len(pending)
+        self.done = self.errors = 0
+
+    def open_jobs(self) -> list[int]:
+        return [j for j, t in enumerate(self.taken) if not t]
+
+    def take(self, j: int, out: JobOutput, latency_s: float) -> None:
+        i, job = self.pending[j]
+        self.taken[j] = True
+        self.done += 1
+        res = self.results[i]
+        res.latency_s += latency_s
+        if out.error or len(out.texts) != len(job.sample_indices):
+            res.error = out.error or f"backend returned {len(out.texts)} of {len(job.sample_indices)} samples"
+            self.errors += 1
+            return
+        res.tokens_in += out.tokens_in
+        res.tokens_out += out.tokens_out
+        share_in = out.tokens_in // len(job.sample_indices)
+        share_out = out.tokens_out // len(job.sample_indices)
+        for idx, text in zip(job.sample_indices, out.texts):
+            res.texts[idx] = text
+            self.rows.append((self.keys[i][idx], self.model, text, share_in, share_out))
+
+    def commit(self) -> None:
+        if self.rows:
+            self.cache.put_many(self.rows)
+            self.rows = []
+
+
 class LLMClient:
     """chat(role, requests) -> one ChatResult per request, in order. Cache first, then the role's backend."""
 
@@ -367,36 +421,44 @@ class LLMClient:
             say(f"{label}: backend unavailable: {err}")
             return
         step = max(1, backend.chunk_size)
-        done, errors, t0 = 0, 0, time.monotonic()
+        t0 = time.monotonic()
         bar = tqdm(total=len(pending), desc=label, file=sys.stderr, disable=None, leave=False)
-        for start in range(0, len(pending), step):
-            chunk = pending[start:start + step]
-            t = time.monotonic()
+        sink = _ResultSink(self.cache, cfg.model, keys, results, pending)
+
+        def report() -> None:
+            rate = sink.done / max(time.monotonic() - t0, 1e-9)
+            say(f"{label}: {sink.done}/{len(pending)} generated ({sink.errors} errors, {rate:.2f} req/s)")
+
+        if hasattr(backend, "generate_each"):
+            # every job in flight at once; answers are committed every `step` completions (and at the end),
+            # so one slow or failing request never holds back the others
+            def on_done(j: int, out: JobOutput) -> None:
+                sink.take(j, out, out.latency_s or 0.0)
+                bar.update(1)
+                if sink.done % step == 0:
+                    sink.commit()
+                    report()
+
             try:
-                outs = backend.generate([job for _, job in chunk])
-            except Exception as err:  # noqa: BLE001 - backends should not raise; if one does, fail the chunk's rows
-                outs = [JobOutput(error=_short_error(err)) for _ in chunk]
-            per = (time.monotonic() - t) / max(len(chunk), 1)
-            rows = []
-            for (i, job), out in zip(chunk, outs):
-                res = results[i]
-                res.latency_s += per
-                if out.error or len(out.texts) != len(job.sample_indices):
-                    res.error = out.error or f"backend returned {len(out.texts)} of {len(job.sample_indices)} samples"
-                    errors += 1
-                    continue
-                res.tokens_in += out.tokens_in
-                res.tokens_out += out.tokens_out
-                share_in = out.tokens_in // len(job.sample_indices)
-                share_out = out.tokens_out // len(job.sample_indices)
-                for idx, text in zip(job.sample_indices, out.texts):
-                    res.texts[idx] = text
-                    rows.append((keys[i][idx], cfg.model, text, share_in, share_out))
-            self.cache.put_many(rows)  # committed per chunk: a killed run keeps everything answered so far
-            done += len(chunk)
-            bar.update(len(chunk))
-            rate = done / max(time.monotonic() - t0, 1e-9)
-            say(f"{label}: {done}/{len(pending)} generated ({errors} errors, {rate:.2f} req/s)")
+                backend.generate_each([job for _, job in pending], on_done)
+            except Exception as err:  # noqa: BLE001 - backends should not raise; if one does, fail the open rows
+                for j in sink.open_jobs():
+                    sink.take(j, JobOutput(error=_short_error(err)), 0.0)
+            sink.commit()
+            report()
+        else:
+            for start in range(0, len(pending), step):
+                t = time.monotonic()
+                try:
+                    outs = backend.generate([job for _, job in pending[start:start + step]])
+                except Exception as err:  # noqa: BLE001 - backends should not raise; if one does, fail the chunk
+                    outs = [JobOutput(error=_short_error(err)) for _ in pending[start:start + step]]
+                per = (time.monotonic() - t) / max(len(outs), 1)
+                for j, out in enumerate(outs, start):
+                    sink.take(j, out, per)
+                sink.commit()  # committed per chunk: a killed run keeps everything answered so far
+                bar.update(len(outs))
+                report()
         bar.close()
 
     def usage(self, role: str, results: list[ChatResult]) -> dict[str, float | int]:

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from dagster_project.core.chat import ChatRequest
+from dagster_project.core.chat import ChatRequest, sample_cache_key
 from dagster_project.core.config import RoleConfig, parse_params
 from dagster_project.resources.llm import Job, LLMClient, OpenAIBackend
 
@@ -31,25 +31,32 @@ class FakeOpenAI:
     requests: list[dict] = field(default_factory=list)  # {"body", "headers"}
     plan: dict[str, list[int]] = field(default_factory=dict)  # prompt -> statuses to answer first
     delay_s: float = 0.0
+    slow_s: float = 0.0  # extra delay for prompts starting with "slow"
     inflight: int = 0
     max_inflight: int = 0
+    events: list[tuple[str, str]] = field(default_factory=list)  # ("start" | "end", prompt), in order
 
     def reset(self) -> None:
         self.requests.clear()
         self.plan.clear()
-        self.delay_s, self.inflight, self.max_inflight = 0.0, 0, 0
+        self.events.clear()
+        self.delay_s, self.slow_s, self.inflight, self.max_inflight = 0.0, 0.0, 0, 0
 
     async def completions(self, request: Request) -> JSONResponse:
         body = await request.json()
         self.requests.append({"body": body, "headers": dict(request.headers)})
+        prompt = body["messages"][-1]["content"]
+        self.events.append(("start", prompt))
         self.inflight += 1  # one event loop thread: no lock needed
         self.max_inflight = max(self.max_inflight, self.inflight)
         try:
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
+            if self.slow_s and prompt.startswith("slow"):
+                await asyncio.sleep(self.slow_s)
         finally:
             self.inflight -= 1
-        prompt = body["messages"][-1]["content"]
+            self.events.append(("end", prompt))
         statuses = self.plan.get(prompt)
         status = statuses.pop(0) if statuses else 200
         if prompt.startswith("always-400"):
@@ -204,6 +211,29 @@ def test_llm_client_end_to_end_over_http_with_cache(fake, tmp_path):
     second = client.chat("judge", requests)
     assert all(r.cached for r in second[:3])
     assert [r["body"]["messages"][-1]["content"] for r in fake.requests] == ["always-400 e2e"]
+
+
+def test_a_slow_request_does_not_hold_back_the_others_or_their_commits(fake, tmp_path):
+    """Every job is in flight at once (bounded by concurrency): quick answers are sent, answered and
+    committed to the cache while the slow one is still running, not after its chunk ends."""
+    client = _client(fake, tmp_path, {"judge": {"backend": "openai", "model": "fake-model", "base_url": fake.url,
+                                                "api_key_env": "CLARIFY_FAKE_KEY", "concurrency": 2}})
+    fake.slow_s = 2.0
+    requests = [ChatRequest.of([{"role": "user", "content": p}], "p@1") for p in ["slow 0", *(f"q{i}" for i in range(20))]]
+    committed_while_slow_ran = []
+
+    def progress(msg: str) -> None:
+        if "generated" in msg and ("end", "slow 0") not in fake.events:
+            committed_while_slow_ran.append(len(client.cache.get_many(all_keys)))
+
+    cfg = client.config.role("judge")
+    all_keys = [sample_cache_key(cfg.identity(), r, client.resolve(cfg, r), 0) for r in requests]
+    out = client.chat("judge", requests, progress)
+    assert all(r.error is None for r in out) and out[0].texts == ["slow 0|seed=0|0"]
+    slow_end = fake.events.index(("end", "slow 0"))
+    assert all(fake.events.index(("start", f"q{i}")) < slow_end for i in range(20))  # chunk size is 8
+    assert committed_while_slow_ran and max(committed_while_slow_ran) >= 16
+    assert out[0].latency_s >= fake.slow_s > max(r.latency_s for r in out[1:])
 
 
 def test_each_role_uses_its_own_api_key(fake, tmp_path, monkeypatch):
