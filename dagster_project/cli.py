@@ -180,7 +180,7 @@ def summary() -> None:
         t.add_column("rows", justify="right")
         for name in rows:
             try:
-                t.add_row(name, str(con.execute(f"select count(*) from {name}").fetchone()[0]))
+                t.add_row(name, str(con.execute(f"select count(*) from {name}").fetchall()[0][0]))
             except Exception as err:  # noqa: BLE001 - a view whose parquet is gone
                 t.add_row(name, f"[red]unreadable: {type(err).__name__}[/red]")
         console.print(t)
