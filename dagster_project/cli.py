@@ -28,6 +28,17 @@ def _print_frame(df) -> None:
     console.print(table)
 
 
+def _flat(df):
+    """Nested columns (lists, structs) as JSON text: CSV holds only flat values."""
+    import json
+
+    import polars as pl
+
+    nested = [c for c, t in df.schema.items() if t.is_nested()]
+    return df.with_columns(pl.Series(c, [None if v is None else json.dumps(v, default=str) for v in df[c].to_list()],
+                                     dtype=pl.String) for c in nested)
+
+
 @app.command()
 def sql(query: str, db: str = typer.Option(WAREHOUSE, help="DuckDB file (opened read-only)"),
         csv: bool = typer.Option(False, help="print CSV instead of a table")) -> None:
@@ -39,7 +50,7 @@ def sql(query: str, db: str = typer.Option(WAREHOUSE, help="DuckDB file (opened 
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(1) from None
     if csv:
-        sys.stdout.write(df.write_csv())
+        sys.stdout.write(_flat(df).write_csv())
     else:
         _print_frame(df)
 

@@ -1,4 +1,4 @@
-"""`clarify summary`: rows per view and the accuracy table, read-only, from the project root."""
+"""`clarify summary` and `clarify sql --csv`: read-only views over the warehouse, from the project root."""
 
 from pathlib import Path
 
@@ -26,3 +26,13 @@ def test_summary_counts_every_view_then_prints_the_accuracy_table(tmp_path, monk
             for line in result.output.splitlines() if line.count("│") == 3}
     assert rows == {"benchmark.taxonomy": "3", "evaluation.metric_tables": "2", "logs.raw_logs": "6"}
     assert "accuracy (shares of evaluated turns)" in result.output and "0.250" in result.output
+
+
+def test_sql_csv_writes_nested_columns_as_json(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_parquet_atomic(pl.DataFrame({"id": [1, 2], "slots": [["a", "b"], None], "s": [{"k": 1}, {"k": 2}]}),
+                         Path("assets/evaluation/predictions.parquet"))
+    rebuild_views()
+    result = CliRunner().invoke(app, ["sql", "--csv", "select * from evaluation.predictions order by id"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == ["id,slots,s", '1,"[""a"", ""b""]","{""k"": 1}"', "2,,\"{\"\"k\"\": 2}\""]
