@@ -143,8 +143,10 @@ def bench_prefilter(sizes: list[int]) -> dict[str, float]:
             kept = int(res["kept"].sum())
             out[f"prefilter_{n}_turns_per_s"] = real_n / secs
             out[f"prefilter_{n}_pass_rate"] = kept / max(res.height, 1)
+            out[f"prefilter_{n}_peak_mb"] = peak / 2**20
             print(f"prefilter {real_n:>10,} turns: {secs:7.2f} s  {real_n / secs:12,.0f} turns/s  "
-                  f"candidates {kept:,} / {res.height:,} assistant turns (pass rate {kept / max(res.height, 1):.1%})")
+                  f"candidates {kept:,} / {res.height:,} assistant turns (pass rate {kept / max(res.height, 1):.1%})  "
+                  f"peak {peak / 2**20:6.0f} MiB")
     for a, b in zip(sizes, sizes[1:]):
         r = ratio(out[f"prefilter_{b}_turns_per_s"], out[f"prefilter_{a}_turns_per_s"])
         print(f"  {a:,} -> {b:,} turns: throughput x{r:.2f} (1.0 = linear)")
