@@ -448,28 +448,34 @@ class Verdict:
     model: str = ""
 
 
-def parse_choice(res: ChatResult, field: str, choices: dict[str, Any]) -> Verdict:
-    """Map a JSON reply's field to a value via choices (e.g. yes -> True); never raises."""
+def _string_field(res: ChatResult, field: str) -> tuple[str | None, Verdict | None]:
+    """(the reply's non-empty string field, None), or (None, the failed Verdict)."""
     if res.error:
-        return Verdict(None, "llm_error", res.error, res.text, res.model)
+        return None, Verdict(None, "llm_error", res.error, res.text, res.model)
     obj, err = parse_json_object(res.text)
     err = err or require_fields(obj, {field: str})
     if err:
-        return Verdict(None, "parse_error", err, res.text, res.model)
-    key = obj[field].strip().lower()
+        return None, Verdict(None, "parse_error", err, res.text, res.model)
+    return obj[field], None
+
+
+def parse_choice(res: ChatResult, field: str, choices: dict[str, Any]) -> Verdict:
+    """Map a JSON reply's field to a value via choices (e.g. yes -> True); never raises."""
+    value, failed = _string_field(res, field)
+    if failed:
+        return failed
+    key = value.strip().lower()
     if key not in choices:
-        return Verdict(None, "parse_error", f"{field} {obj[field]!r} not in {sorted(choices)}", res.text, res.model)
+        return Verdict(None, "parse_error", f"{field} {value!r} not in {sorted(choices)}", res.text, res.model)
     return Verdict(choices[key], "ok", None, res.text, res.model)
 
 
 def parse_text_field(res: ChatResult, field: str) -> Verdict:
-    if res.error:
-        return Verdict(None, "llm_error", res.error, res.text, res.model)
-    obj, err = parse_json_object(res.text)
-    err = err or require_fields(obj, {field: str})
-    if err:
-        return Verdict(None, "parse_error", err, res.text, res.model)
-    return Verdict(" ".join(obj[field].split()), "ok", None, res.text, res.model)
+    """A JSON reply's string field, whitespace collapsed; never raises."""
+    value, failed = _string_field(res, field)
+    if failed:
+        return failed
+    return Verdict(" ".join(value.split()), "ok", None, res.text, res.model)
 
 
 def session_pairs(qa_ids: Sequence[str]) -> list[tuple[str, str]]:
