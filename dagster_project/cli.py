@@ -116,6 +116,11 @@ def materialize_group(defs, group: str, instance, partitions: list[str] | None =
     return results
 
 
+def _default_partitions(group: str, params: str) -> list[str] | None:
+    """Partitions to run when none are named: for `logs`, the days that have records; else all (None)."""
+    return _log_days(params) if group == "logs" else None
+
+
 def _log_days(params: str) -> list[str]:
     """The daily partitions of group `logs` that have records (a quick streamed pass over logs.paths)."""
     from dagster_project.core.logs import LogFormatError
@@ -153,11 +158,10 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
 
     from dagster_project.definitions import defs
 
-    if group == "logs" and not partition:
-        partition = _log_days(params)
+    partition = partition or _default_partitions(group, params)
     with dg.DagsterInstance.get() as instance:
         try:
-            results = materialize_group(defs, group, instance, partition or None,
+            results = materialize_group(defs, group, instance, partition,
                                         say=lambda m: console.print(m, markup=False, highlight=False))
         except ValueError as err:
             console.print(str(err), style="red", markup=False)
@@ -341,8 +345,7 @@ def plan(group: str, params: str = typer.Option("params.yaml", help="params file
     from dagster_project.resources.params import ParamsResource
 
     params_abs = os.environ["CLARIFY_PARAMS"]
-    if group == "logs" and not partition:
-        partition = _log_days(params)
+    partition = partition or _default_partitions(group, params)
     dry = dg.Definitions(assets=list(defs.assets or []), executor=dg.in_process_executor,
                          resources={**(defs.resources or {}), "params": ParamsResource(path=params_abs),
                                     "llm": PlanningLLM(params_path=params_abs)})
@@ -352,7 +355,7 @@ def plan(group: str, params: str = typer.Option("params.yaml", help="params file
         os.chdir(d)
         try:
             with dg.DagsterInstance.ephemeral() as instance:
-                results = materialize_group(dry, group, instance, partition or None,
+                results = materialize_group(dry, group, instance, partition,
                                             say=lambda m: console.print(f"plan: {m}", markup=False, highlight=False))
         except ValueError as err:
             console.print(str(err), style="red", markup=False)
