@@ -58,10 +58,11 @@ def days_to_ingest(cfg: LogsConfig, partition_keys: list[str]) -> tuple[list[str
     wanted = {d for d in counts if (lo is None or d >= lo) and (hi is None or d <= hi)}
     homeless = sorted(d for d in wanted if d.isoformat() not in known)
     if homeless:
+        span = f"{partition_keys[0]}..{partition_keys[-1]}" if partition_keys else "none"
         raise ValueError(
             f"logs: {sum(counts[d] for d in homeless)} records are dated {homeless[0]}..{homeless[-1]}, outside the "
-            f"daily partitions ({partition_keys[0] if partition_keys else 'none'}..{partition_keys[-1] if partition_keys else 'none'}): "
-            "lower logs.partition_start, or wait until the day has ended, or narrow logs.date_from / date_to")
+            f"daily partitions ({span}): lower logs.partition_start, or wait until the day has ended, "
+            "or narrow logs.date_from / date_to")
     return sorted(d.isoformat() for d in wanted), counts
 
 
