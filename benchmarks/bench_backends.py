@@ -34,11 +34,11 @@ def _benchmark_group_run(params: str) -> tuple[float, dict]:
     import dagster as dg
 
     from dagster_project.defs import benchmark
-    from dagster_project.defs.checks import build_checks
-    from dagster_project.resources.embedder import EmbedderResource
-    from dagster_project.resources.llm import LLMResource
+    from dagster_project.defs.quality.checks import build_checks
+    from dagster_project.lib.embedder import EmbedderResource
+    from dagster_project.llm.client import LLMResource
     from dagster_project.resources.params import ParamsResource
-    from dagster_project.resources.warehouse import WarehouseIOManager
+    from dagster_project.lib.warehouse import WarehouseIOManager
 
     assets = dg.load_assets_from_modules([benchmark])
     keys = {k for a in assets for k in a.keys}
@@ -65,7 +65,7 @@ def bench_rerun() -> BenchResult:
     """P1. The embedder is warmed up first so that both runs pay the same (none) model-load cost."""
     import yaml
 
-    from dagster_project.resources.embedder import encode
+    from dagster_project.lib.embedder import encode
 
     res = BenchResult("rerun")
     encode(["warm up the MiniLM encoder"])
@@ -114,9 +114,9 @@ def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
 
 
 def bench_openai(n: int = 500, latency_ms: int = 100, high: int = 32) -> BenchResult:
-    from dagster_project.core.chat import ChatRequest
-    from dagster_project.core.config import LLMConfig, RoleConfig
-    from dagster_project.resources.llm import LLMClient
+    from dagster_project.llm.chat import ChatRequest
+    from dagster_project.config import LLMConfig, RoleConfig
+    from dagster_project.llm.client import LLMClient
 
     res = BenchResult("openai")
     port = _free_port()
@@ -187,7 +187,7 @@ def bench_vllm(n: int = 64) -> BenchResult:
 def bench_tokens(max_tokens: int = 128, repeats: int = 3) -> BenchResult:
     from llama_cpp import Llama
 
-    from dagster_project.resources.llm import resolve_gguf
+    from dagster_project.llm.client import resolve_gguf
 
     res = BenchResult("tokens")
     llm = Llama(model_path=str(resolve_gguf("smollm2-135m-instruct")), n_ctx=2048, n_threads=2, verbose=False,

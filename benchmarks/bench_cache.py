@@ -9,7 +9,7 @@ from pathlib import Path
 
 from _common import BenchResult, ratio, say, timer
 
-from dagster_project.resources.llm_cache import LLMCache
+from dagster_project.llm.cache import LLMCache
 
 
 def _rows(n: int, tag: str) -> list[tuple[str, str, str, int, int]]:

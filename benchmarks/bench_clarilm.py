@@ -36,8 +36,8 @@ import polars as pl  # noqa: E402
 from _common import fmt_num, ratio, say, timer  # noqa: E402
 from bench_dedup import make_questions, planted_vectors  # noqa: E402
 
-from dagster_project.core.dedup import semantic_dedup  # noqa: E402
-from dagster_project.core.logs import LogReadConfig, load_logs, prefilter  # noqa: E402
+from dagster_project.core.shared.dedup import semantic_dedup  # noqa: E402
+from dagster_project.core.clarilm.logs import LogReadConfig, load_logs, prefilter  # noqa: E402
 
 
 def _measured(fn):
@@ -97,7 +97,7 @@ def bench_question_dedup(sizes: list[int], block: int, tau: float) -> dict[str, 
 
 
 def bench_encode(n: int = 512) -> float:
-    from dagster_project.resources.embedder import encode
+    from dagster_project.lib.embedder import encode
 
     encode(make_questions(64, seed=1))  # load + warm up
     qs = make_questions(n, seed=2)

@@ -10,7 +10,7 @@ import tracemalloc
 import numpy as np
 from _common import BenchResult, ratio, say, timer
 
-from dagster_project.core.dedup import semantic_dedup, similar_pairs
+from dagster_project.core.shared.dedup import semantic_dedup, similar_pairs
 
 # (verb, object) pairs x phrasings x suffixes: many rows share a meaning with different wording, which is
 # exactly what the tau=0.7 MiniLM dedup is for.
@@ -89,7 +89,7 @@ def bench_dedup(n_questions: int = 1_000, sizes: tuple[int, int] = (10_000, 50_0
                 tau: float = 0.7, block: int = 2048) -> BenchResult:
     """MiniLM parts run once (seconds each); similar_pairs reports the best of `repeats` untraced runs per size,
     then one more run under tracemalloc for peak memory (its time is kept in the JSON as a cross-check)."""
-    from dagster_project.resources.embedder import encode
+    from dagster_project.lib.embedder import encode
 
     res = BenchResult("dedup")
     # ---- real MiniLM on template questions

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from _common import BenchResult, ratio, say, timer
 
-from dagster_project.core.chat import ChatRequest
-from dagster_project.core.config import LLMConfig, RoleConfig
-from dagster_project.core.parsing import parse_json_object
+from dagster_project.llm.chat import ChatRequest
+from dagster_project.config import LLMConfig, RoleConfig
+from dagster_project.llm.parsing import parse_json_object
 
 PROMPTS = (
     "What is the capital of France?",
@@ -40,7 +40,7 @@ def _requests(max_tokens: int, schema: dict | None = None) -> list[ChatRequest]:
 
 
 def bench_llm(max_tokens: int = 24, schema_max_tokens: int = 48) -> BenchResult:
-    from dagster_project.resources.llm import LLMClient
+    from dagster_project.llm.client import LLMClient
 
     res = BenchResult("llm")
     with tempfile.TemporaryDirectory(prefix="bench_llm_") as d:

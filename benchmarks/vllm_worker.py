@@ -12,9 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from dagster_project.core.chat import ChatRequest
-from dagster_project.core.config import LLMConfig, RoleConfig
-from dagster_project.resources.llm import LLMClient
+from dagster_project.llm.chat import ChatRequest
+from dagster_project.config import LLMConfig, RoleConfig
+from dagster_project.llm.client import LLMClient
 
 TOPICS = ("a table for dinner", "the weather", "a birthday gift", "a train ticket", "a good book", "a recipe",
           "a hotel room", "a laptop")

@@ -11,8 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from dagster_project.core.config import ParamsError, load_params
-from dagster_project.resources.warehouse import ASSETS_DIR, WAREHOUSE, connect_readonly, rebuild_views
+from dagster_project.config import ParamsError, load_params
+from dagster_project.lib.warehouse import ASSETS_DIR, WAREHOUSE, connect_readonly, rebuild_views
 
 app = typer.Typer(help="clarify-pipeline: SQL over the warehouse, run summaries, environment checks.",
                   no_args_is_help=True, add_completion=False)
@@ -123,8 +123,8 @@ def _default_partitions(group: str, params: str) -> list[str] | None:
 
 def _log_days(params: str) -> list[str]:
     """The daily partitions of group `logs` that have records (a quick streamed pass over logs.paths)."""
-    from dagster_project.core.logs import LogFormatError
-    from dagster_project.defs.logs import PARTITIONS, days_to_ingest
+    from dagster_project.core.clarilm.logs import LogFormatError
+    from dagster_project.defs.logs.assets import PARTITIONS, days_to_ingest
 
     try:
         days, counts = days_to_ingest(load_params(params).logs, PARTITIONS.get_partition_keys())
@@ -220,7 +220,7 @@ def _reachable(cfg) -> str:
     import importlib.util
 
     if cfg.backend == "llamacpp":
-        from dagster_project.resources.llm import resolve_gguf
+        from dagster_project.llm.client import resolve_gguf
 
         try:
             path = resolve_gguf(cfg.model)
@@ -279,7 +279,7 @@ def doctor(params: str = typer.Option("params.yaml", help="params file")) -> Non
             seen[probe] = _reachable(cfg)
         t.add_row(name, cfg.backend, cfg.model, key, seen[probe])
     console.print(t)
-    from dagster_project.resources.llm_cache import LLMCache
+    from dagster_project.llm.cache import LLMCache
 
     cache = LLMCache(p.llm.cache_path)
     s = cache.stats()
@@ -340,7 +340,7 @@ def plan(group: str, params: str = typer.Option("params.yaml", help="params file
     import dagster as dg
 
     from dagster_project.definitions import defs
-    from dagster_project.resources.llm_plan import PLANNERS, PlanningLLM, merge_plans
+    from dagster_project.llm.plan import PLANNERS, PlanningLLM, merge_plans
 
     from dagster_project.resources.params import ParamsResource
 

@@ -1,31 +1,47 @@
-"""The one Definitions object: assets, asset checks, resources and jobs of clarify-pipeline."""
+"""The one Definitions object. params.yaml is loaded and validated once, here, and every resource and
+params-shaped part of the graph (partitions, method lists) is built from that one value."""
 
 from __future__ import annotations
 
 import dagster as dg
 
-from dagster_project import defs as defs_package
-from dagster_project.defs.checks import build_checks
-from dagster_project.defs.logs import logs_daily_job, logs_daily_schedule
-from dagster_project.resources.embedder import EmbedderResource
-from dagster_project.resources.llm import LLMResource
-from dagster_project.resources.params import ParamsResource, default_params_path
-from dagster_project.resources.warehouse import WarehouseIOManager
+from dagster_project.config import Params, definition_params
+from dagster_project.defs.annotations import assets as annotations
+from dagster_project.defs.benchmark import assets as benchmark
+from dagster_project.defs.double_turn import assets as double_turn
+from dagster_project.defs.evaluation import assets as evaluation
+from dagster_project.defs.facets import assets as facets
+from dagster_project.defs.intents import assets as intents
+from dagster_project.defs.logs import assets as logs
+from dagster_project.defs.quality.checks import build_checks
+from dagster_project.defs.questions import assets as questions
+from dagster_project.defs.retrieval import assets as retrieval
+from dagster_project.lib.resources import EmbedderResource, LLMResource
+from dagster_project.lib.warehouse import WarehouseIOManager
 
-_params = default_params_path()
 
-defs = dg.Definitions(
-    # every asset in dagster_project/defs/*.py (one module per group)
-    assets=dg.load_assets_from_package_module(defs_package),
-    asset_checks=build_checks(),
-    jobs=[logs_daily_job],
-    schedules=[logs_daily_schedule],
-    resources={
-        "io_manager": WarehouseIOManager(),
-        "params": ParamsResource(path=_params),
-        "llm": LLMResource(params_path=_params),
-        "embedder": EmbedderResource(),
-    },
-    # One process: the embedded model is loaded once per run, not once per step.
-    executor=dg.in_process_executor,
-)
+def build_definitions(params: Params, llm: LLMResource | None = None,
+                      embedder: dg.ConfigurableResource | None = None) -> dg.Definitions:
+    """Every group's assets, the GX checks, and the resources built from `params` (tests pass fakes)."""
+    graph = dg.Definitions.merge(
+        dg.Definitions(assets=dg.load_assets_from_modules(
+            [questions, facets, annotations, benchmark, double_turn, intents, retrieval])),
+        logs.build(params),
+        evaluation.build(params),
+    )
+    keys = {k for a in graph.assets or [] for k in a.keys}
+    return dg.Definitions.merge(graph, dg.Definitions(
+        asset_checks=build_checks(keys),
+        resources={
+            "io_manager": WarehouseIOManager(),
+            "params": params,
+            "llm": llm or LLMResource(params.llm),
+            "embedder": embedder or EmbedderResource(model=params.embedder.model,
+                                                     batch_size=params.embedder.batch_size),
+        },
+        # One process: the embedded model is loaded once per run, not once per step.
+        executor=dg.in_process_executor,
+    ))
+
+
+defs = build_definitions(definition_params())

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from dagster_project.resources.llm import Job, JobOutput
+from dagster_project.lib.resources import LLMResource
+from dagster_project.llm.backends.base import Job, JobOutput
 
 Responder = Callable[[Job, int], str]
 
@@ -49,3 +50,8 @@ def schema_responder(job: Job, idx: int) -> str:
     # subject model: clarify on the first user message, answer afterwards
     users = sum(1 for m in job.messages if m["role"] == "user")
     return "The clarifying question is: which one?" if users == 1 else "The answer is: here it is."
+
+
+def scripted_llm(params, backend) -> LLMResource:
+    """The project's LLMResource (cache, sessions, usage) with every backend replaced by a scripted one."""
+    return LLMResource(params.llm, backends={name: (lambda cfg: backend) for name in ("llamacpp", "openai", "vllm")})

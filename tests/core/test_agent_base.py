@@ -2,9 +2,9 @@
 
 import polars as pl
 
-from dagster_project.core.agent.base import base_messages, base_requests, parse_predictions
-from dagster_project.core.chat import ChatResult
-from dagster_project.core.prompts import load_prompt
+from dagster_project.core.clarifymt.agent.base import base_messages, base_requests, parse_predictions
+from dagster_project.llm.chat import ChatResult
+from dagster_project.llm.prompts import load_prompt
 
 HISTORY = [
     {"role": "user", "content": "Tell me about bass."},

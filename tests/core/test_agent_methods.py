@@ -6,18 +6,18 @@ import numpy as np
 import polars as pl
 import pytest
 
-from dagster_project.core.agent.at_cot import SCHEMA as AT_SCHEMA
-from dagster_project.core.agent.at_cot import ATCoT, parse_at_cot
-from dagster_project.core.agent.clarify_agent import ClarifyAgent, rule_plan
-from dagster_project.core.agent.cot import ChainOfThought, final_decision
-from dagster_project.core.agent.intent_sim import IntentSim, intent_decision, mean_pairwise_similarity, medoid
-from dagster_project.core.agent.majority_vote import TIE_BREAK, MajorityVote, majority_action
-from dagster_project.core.agent.method import (
+from dagster_project.core.clarifymt.agent.at_cot import SCHEMA as AT_SCHEMA
+from dagster_project.core.clarifymt.agent.at_cot import ATCoT, parse_at_cot
+from dagster_project.core.clarifymt.agent.clarify_agent import ClarifyAgent, rule_plan
+from dagster_project.core.clarifymt.agent.cot import ChainOfThought, final_decision
+from dagster_project.core.clarifymt.agent.intent_sim import IntentSim, intent_decision, mean_pairwise_similarity, medoid
+from dagster_project.core.clarifymt.agent.majority_vote import TIE_BREAK, MajorityVote, majority_action
+from dagster_project.core.clarifymt.agent.method import (
     DialogueTurn, MethodSettings, Prediction, predictions_frame, sample_dialogues,
 )
-from dagster_project.core.agent.registry import BUILDERS, build_method, calls_per_turn
-from dagster_project.core.agent.tracker import Observation, Tracker
-from dagster_project.core.chat import ChatResult
+from dagster_project.core.clarifymt.agent.registry import BUILDERS, build_method, calls_per_turn
+from dagster_project.core.clarifymt.agent.tracker import Observation, Tracker
+from dagster_project.llm.chat import ChatResult
 
 Q = [{"role": "user", "content": "Plan a trip for me."}]
 A1 = [*Q, {"role": "assistant", "content": "Where to?"}, {"role": "user", "content": "Somewhere warm."}]

@@ -5,7 +5,7 @@ import json
 import polars as pl
 import pytest
 
-from dagster_project.core.annotations import (
+from dagster_project.core.clarilm.annotations import (
     TRL_DPO_COLUMNS,
     TRL_SFT_COLUMNS,
     answer_requests,
@@ -21,7 +21,7 @@ from dagster_project.core.annotations import (
     sft_rows,
     trl_export,
 )
-from dagster_project.core.chat import ChatResult
+from dagster_project.llm.chat import ChatResult
 
 QUESTIONS = pl.DataFrame({
     "question_id": ["q1", "q2", "q3"],

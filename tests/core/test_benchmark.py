@@ -5,13 +5,13 @@ import json
 import polars as pl
 import pytest
 
-from dagster_project.core.benchmark import (
+from dagster_project.core.clarifymt.benchmark import (
     GENERATION_SCHEMA, RATING_SCHEMA, TOPICS, generation_plan, generation_requests, parse_generation,
     parse_ratings, rating_requests,
 )
-from dagster_project.core.chat import ChatResult
-from dagster_project.core.prompts import load_prompt
-from dagster_project.core.taxonomy import SUBTYPE_BY_KEY
+from dagster_project.llm.chat import ChatResult
+from dagster_project.llm.prompts import load_prompt
+from dagster_project.core.shared.taxonomy import SUBTYPE_BY_KEY
 
 LEX, SCOPE = SUBTYPE_BY_KEY["lexical"], SUBTYPE_BY_KEY["scope"]
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from dagster_project.core.chat import ChatRequest, ChatResult, sample_cache_key, usage_summary
-from dagster_project.core.config import RoleConfig
+from dagster_project.llm.chat import ChatRequest, ChatResult, sample_cache_key, usage_summary
+from dagster_project.config import RoleConfig
 
 MSGS = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
 RESOLVED = {"temperature": 0.7, "top_p": 1.0, "max_tokens": 64, "seed": 0}

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_project.core.config import (
+from dagster_project.config import (
     LLMConfig, Params, ParamsError, RoleConfig, load_params, parse_params,
 )
 

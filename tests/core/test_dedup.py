@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from dagster_project.core.dedup import normalise, semantic_dedup, similar_pairs
+from dagster_project.core.shared.dedup import normalise, semantic_dedup, similar_pairs
 
 
 def fake_embed(vectors: dict[str, list[float]], calls: list | None = None):

@@ -9,10 +9,9 @@ import polars as pl
 import pytest
 
 from dagster_project.core import double_turn as dt
-from dagster_project.core.chat import ChatResult
-from dagster_project.core.metrics import (answer_set_f1, direct_answer_accuracy, exact_match, normalize_answer,
-                                          random_decision_baseline)
-from dagster_project.core.qa_import import (InputFileError, merge_interpretations, qa_tables, read_ambigqa,
+from dagster_project.llm.chat import ChatResult
+from dagster_project.core.double_turn.metrics import answer_set_f1, direct_answer_accuracy, exact_match, normalize_answer, random_decision_baseline
+from dagster_project.core.double_turn.qa_import import (InputFileError, merge_interpretations, qa_tables, read_ambigqa,
                                             read_generic, read_input, read_nq_open, select_queries)
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "double_turn"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dagster_project.core.config import METHOD_NAMES, ParamsError, load_params, parse_params
+from dagster_project.config import METHOD_NAMES, ParamsError, load_params, parse_params
 
 
 def test_repo_params_list_every_method_and_ablation():

@@ -5,7 +5,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from dagster_project.core.external import ExternalDataError, import_dataset, read_clamber, read_clariq, read_generic
+from dagster_project.core.clarifymt.external import ExternalDataError, import_dataset, read_clamber, read_clariq, read_generic
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "external"
 

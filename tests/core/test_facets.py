@@ -5,8 +5,8 @@ import json
 import numpy as np
 import polars as pl
 
-from dagster_project.core.chat import ChatResult
-from dagster_project.core.facets import (
+from dagster_project.llm.chat import ChatResult
+from dagster_project.core.clarilm.facets import (
     FM_LOG_SCHEMA,
     fm_llm_requests,
     fm_log_requests,

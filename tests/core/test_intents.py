@@ -6,8 +6,8 @@ import polars as pl
 import pytest
 
 from dagster_project.core import intents as I
-from dagster_project.core.chat import ChatResult
-from dagster_project.core.metrics import QUALITY_SCALES, ambiguity_resolution_score, sdrs, turn_quality
+from dagster_project.llm.chat import ChatResult
+from dagster_project.core.intents.metrics import QUALITY_SCALES, ambiguity_resolution_score, sdrs, turn_quality
 
 NAMES = ["track_order", "cancel_order", "return_item"]
 

@@ -5,8 +5,8 @@ import json
 import polars as pl
 import pytest
 
-from dagster_project.core.chat import ChatResult
-from dagster_project.core.judge import (
+from dagster_project.llm.chat import ChatResult
+from dagster_project.core.clarifymt.judge import (
     asked_expr, candidate_turns, has_question, pairwise_outcome, pairwise_requests, parse_score, parse_verdict,
     pointwise_requests, rule_outcome, sample_items,
 )

@@ -8,8 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from dagster_project.core.chat import ChatResult
-from dagster_project.core.logs import (
+from dagster_project.llm.chat import ChatResult
+from dagster_project.core.clarilm.logs import (
     EXTRACTION_SCHEMA,
     LogFormatError,
     LogReadConfig,

@@ -3,7 +3,8 @@
 import polars as pl
 import pytest
 
-from dagster_project.core.metrics import BREAKDOWNS, clarification_metrics, cohen_kappa, metric_tables
+from dagster_project.core.clarifymt.metrics import BREAKDOWNS, clarification_metrics, metric_tables
+from dagster_project.core.shared.metrics import cohen_kappa
 
 SHARES = ["accuracy", "under_clarification", "over_clarification", "invalid"]
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from dagster_project.core.parsing import parse_decision, parse_json_object, require_fields
+from dagster_project.llm.parsing import parse_json_object, require_fields
+from dagster_project.llm.protocol import parse_decision
 
 
 @pytest.mark.parametrize("raw, action, text", [

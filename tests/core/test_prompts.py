@@ -5,7 +5,7 @@ from importlib import resources
 
 import pytest
 
-from dagster_project.core.prompts import Prompt, load_prompt
+from dagster_project.llm.prompts import Prompt, load_prompt
 
 # The placeholders each template is rendered with by core/ (benchmark.py, simulation.py, agent/base.py).
 SIM = dict(query="Q?", clarifying_question="CQ?", missing_info="city, date", persona_name="Precise",
@@ -73,7 +73,7 @@ VALUES = {
 
 
 def prompt_names():
-    return sorted(p.name[:-4] for p in resources.files("dagster_project.core.prompts").iterdir()
+    return sorted(p.name[:-4] for p in resources.files("dagster_project.llm.prompts").iterdir()
                   if p.name.endswith(".txt"))
 
 

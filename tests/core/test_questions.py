@@ -7,8 +7,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from dagster_project.core.chat import ChatResult
-from dagster_project.core.questions import (
+from dagster_project.llm.chat import ChatResult
+from dagster_project.core.clarilm.questions import (
     apply_dedup,
     apply_transforms,
     dedup_against,

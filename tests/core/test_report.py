@@ -3,8 +3,9 @@
 import polars as pl
 import pytest
 
-from dagster_project.core.metrics import metric_tables
-from dagster_project.core.report import markdown_table, persona_pivot
+from dagster_project.core.clarifymt.metrics import metric_tables
+from dagster_project.core.clarifymt.report import persona_pivot
+from dagster_project.core.shared.tables import markdown_table
 
 
 def test_markdown_table_formats_cells():
@@ -74,8 +75,9 @@ def test_persona_pivot_empty_without_persona_rows():
 
 # --------------------------------------------------------------------------- the full report (ReportInputs)
 
-from dagster_project.core.metrics import evaluation_tables, method_comparison  # noqa: E402
-from dagster_project.core.report import (  # noqa: E402
+from dagster_project.core.clarifymt.metrics import evaluation_tables
+from dagster_project.core.clarifymt.metrics import method_comparison  # noqa: E402
+from dagster_project.core.clarifymt.report import (  # noqa: E402
     ReportInputs, question_quality, render_html, render_report, report_plots,
 )
 

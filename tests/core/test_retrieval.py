@@ -12,9 +12,9 @@ import polars as pl
 import pytest
 
 from dagster_project.core import retrieval as R
-from dagster_project.core.chat import ChatResult
-from dagster_project.core.config import ParamsError, parse_params
-from dagster_project.core.metrics import ranking_metrics
+from dagster_project.llm.chat import ChatResult
+from dagster_project.config import ParamsError, parse_params
+from dagster_project.core.retrieval.metrics import ranking_metrics
 
 CLARIQ_HEADER = "topic_id\tinitial_request\ttopic_desc\tclarification_need\tfacet_id\tfacet_desc\tquestion_id\tquestion\tanswer"
 

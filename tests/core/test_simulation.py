@@ -5,12 +5,12 @@ import json
 import polars as pl
 import pytest
 
-from dagster_project.core.chat import ChatResult
-from dagster_project.core.prompts import load_prompt
-from dagster_project.core.simulation import (
+from dagster_project.llm.chat import ChatResult
+from dagster_project.llm.prompts import load_prompt
+from dagster_project.core.clarifymt.simulation import (
     THREE_TURN_SCHEMA, TWO_TURN_SCHEMA, assemble_dialogues, simulation_requests,
 )
-from dagster_project.core.taxonomy import PERSONA_BY_KEY, PERSONAS
+from dagster_project.core.shared.taxonomy import PERSONA_BY_KEY, PERSONAS
 
 QUERIES = pl.DataFrame({
     "query_id": ["lexical-000"], "subtype": ["lexical"], "query": ["Tell me about bass."],

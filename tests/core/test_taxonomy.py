@@ -2,7 +2,7 @@
 
 from collections import Counter
 
-from dagster_project.core.taxonomy import (
+from dagster_project.core.shared.taxonomy import (
     ACTIONS, DIMENSIONS, PERSONA_BY_KEY, PERSONAS, QUERY_SUBTYPES, SUBTYPE_BY_KEY, SUBTYPES,
     reference_actions, taxonomy_table,
 )

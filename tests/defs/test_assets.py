@@ -11,13 +11,13 @@ import yaml
 from fakes import ScriptedBackend, schema_responder
 
 from dagster_project.cli import materialize_group
-from dagster_project.core.config import load_params
+from dagster_project.config import load_params
 from dagster_project.definitions import defs
 from dagster_project.defs import benchmark, evaluation
-from dagster_project.defs.checks import build_checks
-from dagster_project.resources.llm import LLMClient, LLMResource
+from dagster_project.defs.quality.checks import build_checks
+from dagster_project.llm.client import LLMClient, LLMResource
 from dagster_project.resources.params import ParamsResource
-from dagster_project.resources.warehouse import WarehouseIOManager, read_asset
+from dagster_project.lib.warehouse import WarehouseIOManager, read_asset
 
 SCRIPTED: dict[str, ScriptedBackend] = {}
 

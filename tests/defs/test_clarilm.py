@@ -11,12 +11,12 @@ import pytest
 import yaml
 from fakes import ScriptedBackend
 
-from dagster_project.core.config import load_params
+from dagster_project.config import load_params
 from dagster_project.defs import annotations, facets, logs, questions
-from dagster_project.defs.checks import build_checks, load_suite, validate_frame
-from dagster_project.resources.llm import Job, LLMClient, LLMResource
+from dagster_project.defs.quality.checks import build_checks, load_suite, validate_frame
+from dagster_project.llm.client import Job, LLMClient, LLMResource
 from dagster_project.resources.params import ParamsResource
-from dagster_project.resources.warehouse import WarehouseIOManager, read_asset
+from dagster_project.lib.warehouse import WarehouseIOManager, read_asset
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTED: dict[str, ScriptedBackend] = {}

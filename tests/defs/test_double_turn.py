@@ -16,12 +16,12 @@ import pytest
 import yaml
 from fakes import ScriptedBackend
 
-from dagster_project.core.config import load_params
+from dagster_project.config import load_params
 from dagster_project.defs import double_turn
-from dagster_project.defs.checks import build_checks
-from dagster_project.resources.llm import LLMClient, LLMResource
+from dagster_project.defs.quality.checks import build_checks
+from dagster_project.llm.client import LLMClient, LLMResource
 from dagster_project.resources.params import ParamsResource
-from dagster_project.resources.warehouse import WarehouseIOManager
+from dagster_project.lib.warehouse import WarehouseIOManager
 
 SCRIPTED: dict[str, ScriptedBackend] = {}
 
@@ -297,7 +297,7 @@ def test_llm_samples_per_query_metadata(built):
 @pytest.mark.parametrize("asset", ["feasible_answers", "eval_interactions", "user_simulations"])
 def test_provenance_check_fails_without_raw_output(built, asset):
     """The GX suites enforce provenance on LLM rows: blanking one row's raw_output fails the suite."""
-    from dagster_project.defs.checks import SUITES_DIR, load_suite, validate_frame
+    from dagster_project.defs.quality.checks import SUITES_DIR, load_suite, validate_frame
 
     tmp_path, _ = built
     suite = load_suite(SUITES_DIR / f"double_turn.{asset}.yaml")

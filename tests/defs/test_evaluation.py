@@ -13,12 +13,12 @@ import yaml
 from fakes import ScriptedBackend, schema_responder
 
 from dagster_project.cli import group_stages, materialize_group
-from dagster_project.core.config import METHOD_NAMES, load_params
+from dagster_project.config import METHOD_NAMES, load_params
 from dagster_project.defs import benchmark, evaluation
-from dagster_project.defs.checks import build_checks
-from dagster_project.resources.llm import LLMClient, LLMResource
+from dagster_project.defs.quality.checks import build_checks
+from dagster_project.llm.client import LLMClient, LLMResource
 from dagster_project.resources.params import ParamsResource
-from dagster_project.resources.warehouse import WarehouseIOManager, read_asset
+from dagster_project.lib.warehouse import WarehouseIOManager, read_asset
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTED: dict[str, ScriptedBackend] = {}
@@ -304,8 +304,8 @@ def test_missing_external_file_fails_with_its_name(tmp_path, monkeypatch):
 
 def test_bertscore_with_the_local_minilm():
     """BERTScore-F1 on the MiniLM folder shipped in a PyPI package (no hub download)."""
-    from dagster_project.core.metrics import bertscore_f1
-    from dagster_project.resources.embedder import minilm_path
+    from dagster_project.core.shared.metrics import bertscore_f1
+    from dagster_project.lib.embedder import minilm_path
 
     f = bertscore_f1(["Which city do you mean?", "Which city do you mean?"],
                      ["Which city do you mean?", "Bananas are a yellow fruit."], minilm_path(), 6)

@@ -10,12 +10,12 @@ import pytest
 import yaml
 from fakes import ScriptedBackend
 
-from dagster_project.core.config import load_params
+from dagster_project.config import load_params
 from dagster_project.defs import intents
-from dagster_project.defs.checks import build_checks
-from dagster_project.resources.llm import LLMClient, LLMResource
+from dagster_project.defs.quality.checks import build_checks
+from dagster_project.llm.client import LLMClient, LLMResource
 from dagster_project.resources.params import ParamsResource
-from dagster_project.resources.warehouse import WarehouseIOManager
+from dagster_project.lib.warehouse import WarehouseIOManager
 
 SCRIPTED: dict[str, ScriptedBackend] = {}
 INTENTS = {

@@ -10,12 +10,12 @@ import pytest
 import yaml
 from fakes import ScriptedBackend
 
-from dagster_project.core.config import load_params
+from dagster_project.config import load_params
 from dagster_project.defs import retrieval
-from dagster_project.defs.checks import build_checks, load_suites
-from dagster_project.resources.llm import LLMClient, LLMResource
+from dagster_project.defs.quality.checks import build_checks, load_suites
+from dagster_project.llm.client import LLMClient, LLMResource
 from dagster_project.resources.params import ParamsResource
-from dagster_project.resources.warehouse import WarehouseIOManager
+from dagster_project.lib.warehouse import WarehouseIOManager
 
 SCRIPTED: dict[str, ScriptedBackend] = {}
 
@@ -297,7 +297,7 @@ def test_bad_input_file_names_file_and_column(tmp_path, monkeypatch):
 @pytest.mark.e2e
 def test_embedded_backend_cannot_emit_an_invalid_or_repeated_id(tmp_path):
     """The real llama.cpp backend, asked in every way to repeat a ranked ID or name an unknown one, cannot."""
-    from dagster_project.core.config import LLMConfig
+    from dagster_project.config import LLMConfig
     from dagster_project.core.retrieval import GenerativeTask, generative_rerank, rerank_step_request
 
     client = LLMClient(LLMConfig(cache_path=str(tmp_path / "cache.sqlite")))

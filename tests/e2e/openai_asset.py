@@ -16,12 +16,12 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from dagster_project.core.chat import ChatRequest
-from dagster_project.core.parsing import parse_json_object
-from dagster_project.defs.checks import build_checks
-from dagster_project.resources.llm import LLMResource
+from dagster_project.llm.chat import ChatRequest
+from dagster_project.llm.parsing import parse_json_object
+from dagster_project.defs.quality.checks import build_checks
+from dagster_project.llm.client import LLMResource
 from dagster_project.resources.params import ParamsResource
-from dagster_project.resources.warehouse import WarehouseIOManager
+from dagster_project.lib.warehouse import WarehouseIOManager
 
 GROUP, ASSET = "llmfaults", "answers"
 POISON = "poison-pill"

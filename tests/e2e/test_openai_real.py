@@ -29,9 +29,9 @@ import yaml
 from faultproxy import FaultProxy
 from openai_asset import ASSET, GROUP, POISON, SCHEMA, build_defs, materialize, questions, run_summary
 
-from dagster_project.core.chat import ChatRequest
-from dagster_project.core.config import load_params
-from dagster_project.resources.llm import LLMClient, resolve_gguf
+from dagster_project.llm.chat import ChatRequest
+from dagster_project.config import load_params
+from dagster_project.llm.client import LLMClient, resolve_gguf
 
 pytestmark = pytest.mark.e2e
 

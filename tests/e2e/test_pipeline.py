@@ -8,7 +8,7 @@ import pytest
 
 from project_support import BIN, run
 
-from dagster_project.resources.warehouse import read_asset
+from dagster_project.lib.warehouse import read_asset
 
 pytestmark = pytest.mark.e2e
 

@@ -5,7 +5,7 @@ from typer.testing import CliRunner
 
 from dagster_project.cli import app
 from dagster_project.resources import llm_plan
-from dagster_project.resources.llm_cache import LLMCache
+from dagster_project.llm.cache import LLMCache
 
 
 def test_plan_benchmark_group_counts_calls_and_writes_nothing(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ import polars as pl
 from typer.testing import CliRunner
 
 from dagster_project.cli import app
-from dagster_project.resources.warehouse import rebuild_views, write_parquet_atomic
+from dagster_project.lib.warehouse import rebuild_views, write_parquet_atomic
 
 
 def test_summary_counts_every_view_then_prints_the_accuracy_table(tmp_path, monkeypatch):

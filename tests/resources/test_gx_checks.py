@@ -5,8 +5,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from dagster_project.core.config import parse_params
-from dagster_project.defs.checks import SUITES_DIR, load_suite, load_suites, validate_frame
+from dagster_project.config import parse_params
+from dagster_project.defs.quality.checks import SUITES_DIR, load_suite, load_suites, validate_frame
 
 PARAMS = parse_params({})
 

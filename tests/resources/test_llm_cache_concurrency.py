@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import sqlite3
 
-from dagster_project.resources.llm_cache import LLMCache
+from dagster_project.llm.cache import LLMCache
 
 N_PROCS, ROWS_PER_PROC, BATCH = 4, 200, 10
 

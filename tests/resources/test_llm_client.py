@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from dagster_project.core.chat import ChatRequest, sample_cache_key
-from dagster_project.core.config import parse_params
-from dagster_project.resources.llm import JobOutput, LLMClient
-from dagster_project.resources.llm_cache import LLMCache
+from dagster_project.llm.chat import ChatRequest, sample_cache_key
+from dagster_project.config import parse_params
+from dagster_project.llm.client import JobOutput, LLMClient
+from dagster_project.llm.cache import LLMCache
 from fakes import ScriptedBackend  # tests/fakes.py, on sys.path via tests/conftest.py
 
 

@@ -8,12 +8,12 @@ from email.utils import format_datetime
 import jsonschema
 import pytest
 
-from dagster_project.core.benchmark import GENERATION_SCHEMA, RATING_SCHEMA
-from dagster_project.core.chat import ChatRequest, sample_cache_key
-from dagster_project.core.config import parse_params
-from dagster_project.core.simulation import THREE_TURN_SCHEMA, TWO_TURN_SCHEMA
-from dagster_project.resources.llm import LLMClient, retry_after_s
-from dagster_project.resources.llm_plan import PlanningClient, merge_plans, placeholder
+from dagster_project.core.clarifymt.benchmark import GENERATION_SCHEMA, RATING_SCHEMA
+from dagster_project.llm.chat import ChatRequest, sample_cache_key
+from dagster_project.config import parse_params
+from dagster_project.core.clarifymt.simulation import THREE_TURN_SCHEMA, TWO_TURN_SCHEMA
+from dagster_project.llm.client import LLMClient, retry_after_s
+from dagster_project.llm.plan import PlanningClient, merge_plans, placeholder
 
 
 @pytest.mark.parametrize("schema", [GENERATION_SCHEMA, RATING_SCHEMA, TWO_TURN_SCHEMA, THREE_TURN_SCHEMA,

@@ -20,9 +20,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from dagster_project.core.chat import ChatRequest, sample_cache_key
-from dagster_project.core.config import RoleConfig, parse_params
-from dagster_project.resources.llm import Job, LLMClient, OpenAIBackend
+from dagster_project.llm.chat import ChatRequest, sample_cache_key
+from dagster_project.config import RoleConfig, parse_params
+from dagster_project.llm.client import Job, LLMClient, OpenAIBackend
 
 
 @dataclass

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from dagster_project.resources.warehouse import (
+from dagster_project.lib.warehouse import (
     WarehouseIOManager,
     asset_path,
     connect_readonly,
@@ -172,7 +172,7 @@ def test_io_manager_rejects_non_polars_and_bad_keys(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- partitioned assets
 
-from dagster_project.resources.warehouse import partition_path, read_asset  # noqa: E402
+from dagster_project.lib.warehouse import partition_path, read_asset  # noqa: E402
 
 MULTI = dg.MultiPartitionsDefinition({"subject": dg.StaticPartitionsDefinition(["s1", "s2"]),
                                       "method": dg.StaticPartitionsDefinition(["base", "cot"])})

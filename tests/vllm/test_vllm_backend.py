@@ -17,14 +17,14 @@ import polars as pl
 import pytest
 import yaml
 
-from dagster_project.core.chat import ChatRequest
-from dagster_project.core.config import load_params
+from dagster_project.llm.chat import ChatRequest
+from dagster_project.config import load_params
 from dagster_project.defs import benchmark
-from dagster_project.defs.checks import build_checks
-from dagster_project.resources.embedder import EmbedderResource
-from dagster_project.resources.llm import LLMClient, LLMResource, VLLMBackend
+from dagster_project.defs.quality.checks import build_checks
+from dagster_project.lib.embedder import EmbedderResource
+from dagster_project.llm.client import LLMClient, LLMResource, VLLMBackend
 from dagster_project.resources.params import ParamsResource
-from dagster_project.resources.warehouse import WarehouseIOManager
+from dagster_project.lib.warehouse import WarehouseIOManager
 
 MODEL = os.environ.get("CLARIFY_VLLM_MODEL", str(Path(__file__).resolve().parents[2] / ".cache/models/"
                                                  "smollm2-135m-instruct-hf"))

@@ -1,0 +1,322 @@
+"""The evaluation report: Markdown tables, PNG plots and a self-contained HTML page (pure: tables in,
+text and bytes out; the Dagster asset writes the files)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import polars as pl
+
+from dagster_project.core.shared.tables import markdown_table
+from dagster_project.core.shared.taxonomy import PERSONAS, SUBTYPES
+
+_PCT = ["accuracy", "under_clarification", "over_clarification", "invalid"]
+PERSONA_ABBR = {"precise": "P", "partial_vague": "PV", "off_focus": "OF", "contradictory": "CT",
+                "factually_wrong": "FA", "refusal": "RF"}
+SUBTYPE_ORDER = [s.key for s in SUBTYPES]
+
+
+def persona_pivot(tables: pl.DataFrame) -> pl.DataFrame:
+    """Paper Table 3 layout: one row per (dataset x) subject x method, accuracy per persona, then the average."""
+    t = tables.filter(pl.col("breakdown") == "by_persona")
+    if t.is_empty():
+        return t
+    index = [c for c in ("dataset", "subject", "method") if c in t.columns]
+    wide = t.filter(pl.col("persona").is_not_null()).pivot(on="persona", index=index, values="accuracy")
+    order = [p.key for p in PERSONAS if p.key in wide.columns]
+    # the paper's Avg. is the unweighted mean of the persona columns
+    return wide.select(*index, *order).with_columns(avg=pl.mean_horizontal(order))
+
+
+def question_quality(judge_scores: pl.DataFrame) -> pl.DataFrame:
+    """Per dataset x subject x method: judge score (0-5) on the sample, token-F1 and BERTScore-F1 means."""
+    keys = ["dataset", "subject", "method"]
+    if judge_scores.is_empty():
+        return pl.DataFrame(schema={**{k: pl.Utf8 for k in keys}, "questions_asked": pl.UInt32,
+                                    "judge_n": pl.UInt32, "judge_score": pl.Float64, "token_f1": pl.Float64,
+                                    "bertscore_f1": pl.Float64})
+    return judge_scores.group_by(keys).agg(
+        pl.col("asked").sum().cast(pl.UInt32).alias("questions_asked"),
+        pl.col("score").is_not_null().sum().cast(pl.UInt32).alias("judge_n"),
+        pl.col("score").mean().cast(pl.Float64).alias("judge_score"),
+        pl.col("token_f1").mean().alias("token_f1"),
+        pl.col("bertscore_f1").mean().alias("bertscore_f1"),
+    ).sort(keys)
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    metric_tables: pl.DataFrame
+    method_comparison: pl.DataFrame
+    judge_scores: pl.DataFrame
+    pairwise: pl.DataFrame
+    predictions: pl.DataFrame
+    comparison_turn: int = 2
+    agent_method: str = "clarify_agent"
+    max_dialogues: int | None = None
+    sample_seed: int = 0
+
+
+def _persona_table(cmp: pl.DataFrame, scope: str, methods: Sequence[str] | None = None, std: bool = True,
+                   agent: str = "clarify_agent") -> pl.DataFrame:
+    """Tables 5/6 layout: P PV OF CT FA RF Avg (Std), significant cells of the agent marked with '*'."""
+    t = cmp.filter(pl.col("scope") == scope)
+    if methods is not None:
+        t = t.filter(pl.col("method").is_in(list(methods)))
+    if t.is_empty():
+        return t
+    rows = []
+    for r in t.iter_rows(named=True):
+        sig = set(r.get("agent_better_personas") or []) if r["method"] == agent else set()
+        row = {"dataset": r["dataset"], "subject": r["subject"], "method": r["method"], "n": r["n"]}
+        for key, abbr in PERSONA_ABBR.items():
+            v = r.get(key)
+            row[abbr] = "" if v is None else f"{v * 100:.1f}" + ("*" if key in sig else "")
+        row["Avg"] = "" if r["persona_avg"] is None else f"{r['persona_avg'] * 100:.1f}"
+        if std:
+            row["Std"] = "" if r["persona_std"] is None else f"{r['persona_std'] * 100:.2f}"
+        row["calls/turn"] = "" if r["calls_per_turn"] is None else f"{r['calls_per_turn']:.2f}"
+        rows.append(row)
+    return pl.DataFrame(rows)
+
+
+def render_report(inputs: ReportInputs, plots: Sequence[str] = ()) -> str:
+    """Markdown: method x persona at the comparison turn and over all turns (Tables 3/5), ablations with Std.
+    (Table 6), overall shares, significance, by turn, subtype x turn (Table 4), question quality (Figure 3),
+    pairwise win/tie/lose, error counts, and one ClarifyAgent trace."""
+    m, cmp, pred = inputs.metric_tables, inputs.method_comparison, inputs.predictions
+    turn_scope = f"turn_{inputs.comparison_turn}"
+    evaluated = pred.filter(pl.col("status").is_in(["ok", "parse_error"]))
+    sample = ("every dialogue" if inputs.max_dialogues is None
+              else f"a sample of {inputs.max_dialogues} dialogues per dataset (seed {inputs.sample_seed}, "
+                   "spread over personas; the same dialogues for every method)")
+    parts = [
+        "# ClarifyMT-Bench evaluation report\n",
+        f"Evaluated on {sample}. Turns evaluated: {evaluated.height} (excluded for LLM / input errors: "
+        f"{pred.height - evaluated.height}). Accuracy and the other shares are percentages of evaluated turns; "
+        "a reply that does not follow the protocol (invalid) counts as wrong. `*` marks a persona where "
+        f"{inputs.agent_method} is better than every other method (paired t-test, p < alpha).\n",
+    ]
+    if "accuracy_by_persona.png" in plots:
+        parts.append("![accuracy by persona](accuracy_by_persona.png)\n")
+    parts += [f"## Method x persona at turn {inputs.comparison_turn} (Table 5 layout)\n",
+              markdown_table(_persona_table(cmp, turn_scope, agent=inputs.agent_method)),
+              "## Method x persona over all turns\n",
+              markdown_table(_persona_table(cmp, "all_turns", agent=inputs.agent_method))]
+    ablation = [inputs.agent_method, *sorted(x for x in cmp["method"].unique().to_list()
+                                             if x.startswith(inputs.agent_method + "_no_"))] if cmp.height else []
+    if len(ablation) > 1:
+        parts += [f"## Ablations at turn {inputs.comparison_turn} (Table 6 layout: Std. across personas)\n",
+                  markdown_table(_persona_table(cmp, turn_scope, ablation, agent=inputs.agent_method))]
+    if cmp.height:
+        overall = cmp.filter(pl.col("scope") == "all_turns").select(
+            "dataset", "subject", "method", "n", *_PCT, "macro_f1", "calls_per_turn")
+        parts += ["## Overall (all turns)\n", markdown_table(overall, plain=["calls_per_turn"])]
+        if "calls_vs_accuracy.png" in plots:
+            parts.append("![LLM calls per turn vs accuracy](calls_vs_accuracy.png)\n")
+        sig = cmp.filter(pl.col("reference_method").is_not_null()).select(
+            "dataset", "subject", "scope", "method", "reference_method", "n_paired", "p_ttest", "p_mcnemar",
+            "agent_better_personas")
+        parts += [f"## Paired significance: {inputs.agent_method} vs each method\n",
+                  markdown_table(sig, plain=["p_ttest", "p_mcnemar"])]
+    errors = pred.group_by("dataset", "subject", "method").agg(
+        pl.len().alias("turns"), (pl.col("status") == "parse_error").sum().alias("parse_errors"),
+        (pl.col("action") == "invalid").sum().alias("invalid_outputs"),
+        (pl.col("status") == "llm_error").sum().alias("llm_errors"),
+        (pl.col("status") == "input_error").sum().alias("input_errors"),
+        pl.col("step_errors").sum().alias("agent_step_errors") if "step_errors" in pred.columns
+        else pl.lit(None, pl.Int64).alias("agent_step_errors")).sort("dataset", "subject", "method")
+    parts += ["## Parse errors and invalid outputs (counted, never hidden)\n", markdown_table(errors)]
+    by_turn = m.filter(pl.col("breakdown") == "by_turn").select("dataset", "subject", "method", "turn", "n", *_PCT)
+    parts += ["## By turn\n", markdown_table(by_turn)]
+    if "accuracy_by_turn.png" in plots:
+        parts.append("![accuracy by turn](accuracy_by_turn.png)\n")
+    sub = m.filter(pl.col("breakdown") == "by_subtype_turn")
+    if not sub.is_empty():
+        wide = sub.pivot(on="subtype", index=["dataset", "subject", "method", "turn"], values="accuracy")
+        order = [s for s in SUBTYPE_ORDER if s in wide.columns] + sorted(
+            c for c in wide.columns if c not in SUBTYPE_ORDER and c not in ("dataset", "subject", "method", "turn"))
+        wide = wide.select("dataset", "subject", "method", "turn", *order).with_columns(
+            avg=pl.mean_horizontal(order)).sort("dataset", "subject", "method", "turn")
+        parts += ["## Accuracy by subtype x turn (Table 4 layout)\n", markdown_table(wide)]
+        if "subtype_turn_heatmap.png" in plots:
+            parts.append("![subtype x turn](subtype_turn_heatmap.png)\n")
+    parts += _quality_sections(inputs, plots)
+    parts += _trace_example(pred, inputs.agent_method)
+    return "\n".join(parts)
+
+
+def _quality_sections(inputs: ReportInputs, plots: Sequence[str]) -> list[str]:
+    js, pw = inputs.judge_scores, inputs.pairwise
+    parts = ["## Clarifying-question quality\n"]
+    if js.is_empty():
+        return parts + ["_(no clarify turns with a reference question were evaluated)_\n"]
+    parts += ["LLM judge score 0-5 on a per-subtype sample (a method that answers where the reference asks "
+              "scores 0); token-F1 (stopwords removed) and BERTScore-F1 over every question a method asked.\n",
+              markdown_table(question_quality(js), plain=["judge_score"])]
+    by_sub = js.filter(pl.col("score").is_not_null()).group_by("dataset", "subject", "method", "subtype").agg(
+        pl.col("score").mean().alias("judge_score"), pl.len().alias("n")).sort("dataset", "subject", "method",
+                                                                                  "subtype")
+    if not by_sub.is_empty():
+        wide = by_sub.pivot(on="subtype", index=["dataset", "subject", "method"], values="judge_score")
+        parts += ["### Judge score by subtype (Figure 3)\n", markdown_table(wide, plain=wide.columns)]
+        if "judge_by_subtype.png" in plots:
+            parts.append("![judge score by subtype](judge_by_subtype.png)\n")
+    if not pw.is_empty():
+        summary = pw.filter(pl.col("outcome").is_not_null()).group_by(
+            "dataset", "subject", "method_a", "method_b").agg(
+            pl.len().alias("n"), (pl.col("outcome") == "win").mean().alias("win"),
+            (pl.col("outcome") == "tie").mean().alias("tie"), (pl.col("outcome") == "lose").mean().alias("lose"),
+            (pl.col("judged_by") == "judge").sum().alias("judged_by_llm")).sort("dataset", "subject", "method_a")
+        parts += ["### Pairwise win / tie / lose (method_a vs method_b, judged in both orders)\n",
+                  markdown_table(summary)]
+    return parts
+
+
+def _trace_example(pred: pl.DataFrame, agent: str) -> list[str]:
+    if "slots" not in pred.columns:
+        return []
+    rows = pred.filter((pl.col("method") == agent) & (pl.col("status") == "ok") & pl.col("slots").is_not_null())
+    if rows.is_empty():
+        return []
+    r = rows.sort("dialogue_id", "turn").row(0, named=True)
+    slots = json.loads(r["slots"]) if r["slots"] else []
+    lines = [f"## Why did {agent} decide? One row's intermediates\n",
+             f"Dialogue `{r['dialogue_id']}` turn {r['turn']} (persona {r['persona']}, reference "
+             f"{r['reference_action']}): decided **{r['action']}** by {r['decided_by']}; forecast persona "
+             f"{r['persona_forecast']}; RSC {r['rsc']}; target slot {r['target_slot']}.\n"]
+    if slots:
+        lines.append(markdown_table(pl.DataFrame(slots).with_columns(pl.all().cast(pl.Utf8))))
+    lines.append(f"Response: {r['response']!r}\n\nEvery row of `evaluation.predictions` keeps these columns "
+                 "(`slots`, `rsc`, `persona_forecast`, `target_slot`, `decided_by`, `assumptions`) and the full "
+                 "`trace` JSON.\n")
+    return lines
+
+
+# --------------------------------------------------------------------------- plots
+
+def _png(fig) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def report_plots(inputs: ReportInputs) -> dict[str, bytes]:
+    """PNG bytes by file name: accuracy by persona per method, subtype x turn heatmaps, judge score by
+    subtype, LLM calls per turn vs accuracy, accuracy by turn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    out: dict[str, bytes] = {}
+    m, cmp = inputs.metric_tables, inputs.method_comparison
+    label = lambda r: r["method"] if cmp["subject"].n_unique() == 1 and cmp["dataset"].n_unique() == 1 \
+        else f"{r['dataset']}/{r['subject']}/{r['method']}"  # noqa: E731
+    scope = cmp.filter(pl.col("scope") == f"turn_{inputs.comparison_turn}") if cmp.height else cmp
+    if scope.height:
+        keys = list(PERSONA_ABBR)
+        fig, ax = plt.subplots(figsize=(9, 3.8))
+        rows = scope.to_dicts()
+        width = 0.8 / len(rows)
+        x = np.arange(len(keys) + 1)
+        for i, r in enumerate(rows):
+            vals = [(r.get(k) if r.get(k) is not None else np.nan) for k in keys] + [r["persona_avg"] or np.nan]
+            ax.bar(x + i * width - 0.4 + width / 2, np.array(vals, dtype=float) * 100, width, label=label(r))
+        ax.set_xticks(x, [*PERSONA_ABBR.values(), "Avg"])
+        ax.set(ylabel="accuracy (%)", ylim=(0, 100), title=f"Accuracy by persona, turn {inputs.comparison_turn}")
+        ax.legend(fontsize=7, ncol=3)
+        out["accuracy_by_persona.png"] = _png(fig)
+    allt = cmp.filter(pl.col("scope") == "all_turns") if cmp.height else cmp
+    if allt.height and allt["calls_per_turn"].is_not_null().any():
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for r in allt.to_dicts():
+            ax.scatter(r["calls_per_turn"], r["accuracy"] * 100)
+            ax.annotate(label(r), (r["calls_per_turn"], r["accuracy"] * 100), fontsize=7, xytext=(3, 3),
+                        textcoords="offset points")
+        ax.set(xlabel="LLM calls per turn", ylabel="accuracy (%, all turns)", ylim=(0, 100),
+               title="Cost vs accuracy")
+        out["calls_vs_accuracy.png"] = _png(fig)
+    by_turn = m.filter(pl.col("breakdown") == "by_turn")
+    if by_turn.height:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for (d, s, meth), g in by_turn.group_by(["dataset", "subject", "method"], maintain_order=True):
+            g = g.sort("turn")
+            ax.plot(g["turn"].to_list(), (g["accuracy"] * 100).to_list(), marker="o",
+                    label=label({"dataset": d, "subject": s, "method": meth}) if cmp.height else meth)
+        ax.set(xlabel="turn", ylabel="accuracy (%)", ylim=(0, 100), title="Clarification accuracy by turn")
+        ax.legend(fontsize=7)
+        out["accuracy_by_turn.png"] = _png(fig)
+    sub = m.filter(pl.col("breakdown") == "by_subtype_turn")
+    if sub.height:
+        groups = list(sub.group_by(["dataset", "subject", "method"], maintain_order=True))[:12]
+        cols = min(3, len(groups))
+        nrows = (len(groups) + cols - 1) // cols
+        fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.0 * nrows), squeeze=False,
+                                 layout="constrained")
+        for ax, ((d, s, meth), g) in zip(axes.flat, groups):
+            subtypes = [x for x in SUBTYPE_ORDER if x in set(g["subtype"])] + sorted(
+                set(g["subtype"].drop_nulls()) - set(SUBTYPE_ORDER))
+            turns = sorted(g["turn"].unique().to_list())
+            grid = np.full((len(turns), len(subtypes)), np.nan)
+            for r in g.iter_rows(named=True):
+                if r["subtype"] in subtypes:
+                    grid[turns.index(r["turn"]), subtypes.index(r["subtype"])] = r["accuracy"] * 100
+            im = ax.imshow(grid, vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
+            ax.set_xticks(range(len(subtypes)), [x[:4] for x in subtypes], fontsize=6, rotation=60)
+            ax.set_yticks(range(len(turns)), [f"t{t}" for t in turns], fontsize=7)
+            ax.set_title(meth if cmp.height == 0 else label({"dataset": d, "subject": s, "method": meth}), fontsize=8)
+        for ax in list(axes.flat)[len(groups):]:
+            ax.axis("off")
+        fig.colorbar(im, ax=axes, shrink=0.6, label="accuracy (%)")
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110)
+        plt.close(fig)
+        out["subtype_turn_heatmap.png"] = buf.getvalue()
+    js = inputs.judge_scores
+    scored = js.filter(pl.col("score").is_not_null()) if js.height else js
+    if scored.height:
+        agg = scored.group_by("method", "subtype").agg(pl.col("score").mean())
+        methods = sorted(agg["method"].unique().to_list())
+        subtypes = [x for x in SUBTYPE_ORDER if x in set(agg["subtype"])] + sorted(
+            set(agg["subtype"].drop_nulls()) - set(SUBTYPE_ORDER))
+        fig, ax = plt.subplots(figsize=(9, 3.6))
+        width = 0.8 / len(methods)
+        lookup = {(r["method"], r["subtype"]): r["score"] for r in agg.iter_rows(named=True)}
+        for i, meth in enumerate(methods):
+            ax.bar(np.arange(len(subtypes)) + i * width - 0.4 + width / 2,
+                   [lookup.get((meth, s), np.nan) for s in subtypes], width, label=meth)
+        ax.set_xticks(range(len(subtypes)), subtypes, fontsize=7, rotation=45)
+        ax.set(ylabel="judge score (0-5)", ylim=(0, 5), title="Clarifying-question quality by subtype")
+        ax.legend(fontsize=7, ncol=3)
+        out["judge_by_subtype.png"] = _png(fig)
+    return out
+
+
+_IMG = re.compile(r'src="([\w.-]+\.png)"')
+
+
+def render_html(markdown_text: str, plots: dict[str, bytes]) -> str:
+    """One self-contained page: the Markdown rendered, every plot inlined as a data URI (no network)."""
+    import markdown as md
+
+    body = md.markdown(markdown_text, extensions=["tables"])
+    body = _IMG.sub(lambda mt: f'src="data:image/png;base64,{base64.b64encode(plots[mt.group(1)]).decode()}"'
+                    if mt.group(1) in plots else mt.group(0), body)
+    style = ("body{font-family:system-ui,sans-serif;max-width:75em;margin:2em auto;padding:0 1em;color:#222}"
+             "table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.85em}"
+             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#f3f3f3}"
+             "td:first-child,td:nth-child(2),td:nth-child(3){text-align:left}img{max-width:100%}"
+             "h2{border-bottom:1px solid #ddd;margin-top:2em}")
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>ClarifyMT-Bench evaluation report</title>"
+            f"<style>{style}</style></head><body>{body}</body></html>")

@@ -1,0 +1,1 @@
+"""Group `benchmark`: ClarifyMT-Bench construction (taxonomy -> single-turn queries -> persona dialogues)."""

@@ -1,0 +1,1 @@
+"""Group `intents`: intent classification with clarification (seed: "Scaling Intent Understanding").

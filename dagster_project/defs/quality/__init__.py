@@ -1,0 +1,1 @@
+"""Data quality: Great Expectations suites in expectations/ as Dagster asset checks."""

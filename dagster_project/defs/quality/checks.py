@@ -1,0 +1,163 @@
+"""Dagster asset checks built from Great Expectations suites in expectations/<group>.<asset>.yaml.
+
+A suite file names its asset, whether the check blocks downstream assets, and a list of expectations
+(GX 1.x names in snake_case + kwargs). An expectation may carry a `query`: DuckDB SQL over the asset
+(as table `t`) whose result is validated instead, for reconciliations and per-group rules.
+Kwargs may reference params.yaml values as "${section.key}", and "${statuses}" is the one list of LLM row
+statuses (llm.task.Status). A suite whose `asset` is `*/*_rejected` is a template: it checks every quarantine
+table (io.records.Quarantine) of the graph.
+"""
+
+
+import dataclasses
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import duckdb
+import polars as pl
+import yaml
+
+from dagster_project.config import Params
+from dagster_project.lib.warehouse import ASSETS_DIR, asset_path, read_asset
+from dagster_project.llm.task import STATUSES
+
+SUITES_DIR = Path(__file__).resolve().parents[3] / "expectations"
+CONSTANTS: dict[str, Any] = {"statuses": list(STATUSES)}
+TEMPLATE = "*/*_rejected"
+_REF = re.compile(r"^\$\{([\w.]+)\}$")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    type: str
+    kwargs: dict[str, Any]
+    query: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class Suite:
+    group: str
+    asset: str
+    blocking: bool
+    description: str
+    expectations: list[Expectation] = field(default_factory=list)
+
+
+def load_suite(path: Path) -> Suite:
+    """Parse one suite file; errors name the file and the expectation index."""
+    data = yaml.safe_load(path.read_text())
+    try:
+        group, asset = data["asset"].split("/")
+        exps = [Expectation(e["type"], e.get("kwargs", {}), e.get("query"), e.get("name"))
+                for e in data["expectations"]]
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ValueError(f"{path}: invalid suite ({err!r}); needs asset: <group>/<asset> and expectations") from None
+    for i, e in enumerate(exps):
+        if not hasattr(_gx().expectations, _camel(e.type)):
+            raise ValueError(f"{path}: expectations[{i}]: unknown GX expectation {e.type!r}")
+    return Suite(group, asset, bool(data.get("blocking", True)), data.get("description", ""), exps)
+
+
+def load_suites(folder: Path = SUITES_DIR) -> list[Suite]:
+    return [load_suite(p) for p in sorted(folder.glob("*.yaml"))]
+
+
+def _camel(snake: str) -> str:
+    return "".join(part.capitalize() for part in snake.split("_"))
+
+
+@cache
+def _gx():
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    import great_expectations as gx
+
+    return gx
+
+
+@cache
+def _batch_definition():
+    gx = _gx()
+    ctx = gx.get_context(mode="ephemeral")
+    ctx.variables.progress_bars = {"globally": False, "metric_calculations": False, "profilers": False}
+    ds = ctx.data_sources.add_pandas("frames")
+    return ds.add_dataframe_asset("frame").add_batch_definition_whole_dataframe("whole")
+
+
+def _resolve(value: Any, params: Params) -> Any:
+    if isinstance(value, str) and (m := _REF.match(value)):
+        if m.group(1) in CONSTANTS:
+            return CONSTANTS[m.group(1)]
+        obj: Any = params
+        for part in m.group(1).split("."):
+            obj = getattr(obj, part)
+        return obj
+    if isinstance(value, list):
+        return [_resolve(v, params) for v in value]
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and other non-JSON values as plain Python for check metadata."""
+    return value.item() if hasattr(value, "item") else str(value)
+
+
+def validate_frame(df: pl.DataFrame, suite: Suite, params: Params) -> tuple[bool, dict[str, Any]]:
+    """Run every expectation of the suite on the frame; return (all passed, per-expectation metadata)."""
+    gx = _gx()
+    results: dict[str, Any] = {}
+    frames: dict[str | None, Any] = {None: df.to_pandas()}
+    passed = True
+    for i, e in enumerate(suite.expectations):
+        if e.query not in frames:
+            with duckdb.connect() as con:
+                con.register("t", df.to_arrow())
+                frames[e.query] = con.sql(e.query).df()
+        exp = getattr(gx.expectations, _camel(e.type))(**{k: _resolve(v, params) for k, v in e.kwargs.items()})
+        r = _batch_definition().get_batch(batch_parameters={"dataframe": frames[e.query]}).validate(exp)
+        label = f"{i:02d} {e.name or e.type}"
+        summary = {k: v for k, v in (r.result or {}).items()
+                   if k in ("observed_value", "unexpected_count", "element_count", "partial_unexpected_list")}
+        results[label] = json.loads(json.dumps({"success": bool(r.success), **summary}, default=_plain))
+        passed &= bool(r.success)
+    return passed, results
+
+
+def _make_check(suite: Suite) -> dg.AssetChecksDefinition:
+    key = dg.AssetKey([suite.group, suite.asset])
+
+    @dg.asset_check(asset=key, name=f"gx_{suite.asset}", blocking=suite.blocking,
+                    description=suite.description or f"Great Expectations suite for {suite.group}.{suite.asset}")
+    def _check(params: dg.ResourceParam[Params]) -> dg.AssetCheckResult:
+        path = asset_path(ASSETS_DIR, suite.group, suite.asset)
+        frame = read_asset(ASSETS_DIR, suite.group, suite.asset)  # a file, or all partitions of one
+        if frame is None:
+            return dg.AssetCheckResult(passed=False, metadata={"error": f"{path} not found"})
+        ok, results = validate_frame(frame, suite, params)
+        failed = [k for k, v in results.items() if not v["success"]]
+        return dg.AssetCheckResult(
+            passed=ok, severity=dg.AssetCheckSeverity.ERROR,
+            metadata={"expectations": len(results), "failed": dg.MetadataValue.json(failed),
+                      "results": dg.MetadataValue.json(results)})
+
+    return _check
+
+
+def build_checks(keys: set[dg.AssetKey], folder: Path = SUITES_DIR) -> list[dg.AssetChecksDefinition]:
+    """One check per suite whose asset is among `keys`; the template suite once per `*_rejected` asset."""
+    suites = []
+    for suite in load_suites(folder):
+        if f"{suite.group}/{suite.asset}" == TEMPLATE:
+            suites += [dataclasses.replace(suite, group=k.path[0], asset=k.path[-1]) for k in sorted(keys)
+                       if k.path[-1].endswith("_rejected")]
+        elif dg.AssetKey([suite.group, suite.asset]) in keys:
+            suites.append(suite)
+    return [_make_check(s) for s in suites]

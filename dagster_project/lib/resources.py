@@ -1,0 +1,42 @@
+"""The resources every asset gets, built once from params.yaml in definitions.py (never re-read per asset)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import dagster as dg
+import numpy as np
+
+from dagster_project.config import LLMConfig, RoleConfig
+from dagster_project.lib.embedder import encode
+from dagster_project.llm.backends.base import Backend
+from dagster_project.llm.client import DryRun, LLMClient, LLMSession
+
+
+class LLMResource:
+    """The LLM client behind every role (params.yaml `llm`); `session(context)` is what an asset calls."""
+
+    def __init__(self, config: LLMConfig, backends: dict[str, Callable[[RoleConfig], Backend]] | None = None,
+                 dry_run: DryRun | None = None):
+        self.client = LLMClient(config, backends, dry_run)
+
+    def session(self, context: dg.AssetExecutionContext | None = None) -> LLMSession:
+        """A chat callable for one asset execution: progress to the run log, usage for the asset's metadata."""
+        if context is None:
+            return LLMSession(self.client)
+        try:
+            tag = context.asset_key.to_user_string()
+        except Exception:  # noqa: BLE001 - a multi-asset context has no single key
+            tag = ""
+        return LLMSession(self.client, progress=context.log.info, tag=tag)
+
+
+class EmbedderResource(dg.ConfigurableResource):
+    """Sentence encoder for semantic dedup and similarity (params.yaml `embedder`: model name or local folder)."""
+
+    model: str = "all-MiniLM-L6-v2"
+    batch_size: int = 64
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return encode(texts, self.model, self.batch_size)
+

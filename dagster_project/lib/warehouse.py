@@ -1,0 +1,158 @@
+"""Parquet IO manager (atomic writes) + DuckDB views `<group>.<asset>` over the Parquet files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import polars as pl
+from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from dagster_project.io.writers import write_parquet_atomic
+
+ASSETS_DIR = "assets"
+WAREHOUSE = "assets/warehouse.duckdb"
+
+
+def asset_path(base: str | Path, group: str, name: str) -> Path:
+    return Path(base) / group / f"{name}.parquet"
+
+
+def partition_relpath(partition_key: str) -> str:
+    """A partition key as a relative path: 'dim=value/dim=value' for multi-partitions, else the key itself."""
+    dims = getattr(partition_key, "keys_by_dimension", None)
+    parts = [f"{d}={v}" for d, v in sorted(dims.items())] if dims else [str(partition_key)]
+    for part in parts:
+        if not part or part in (".", "..") or "/" in part or "\\" in part or "\0" in part:
+            raise ValueError(f"partition key {partition_key!r} cannot be used as a file name")
+    return "/".join(parts)
+
+
+def partition_dir(base: str | Path, group: str, name: str) -> Path:
+    """Folder of a partitioned asset: assets/<group>/<asset>/."""
+    return Path(base) / group / name
+
+
+def partition_path(base: str | Path, group: str, name: str, partition_key: str) -> Path:
+    """assets/<group>/<asset>/<partition>.parquet (multi-partitions: .../<dim>=<v>/<dim>=<v>.parquet)."""
+    return partition_dir(base, group, name) / f"{partition_relpath(partition_key)}.parquet"
+
+
+def partition_files(base: str | Path, group: str, name: str) -> list[Path]:
+    """Every stored partition of an asset (sorted); empty when it is not partitioned or not built."""
+    folder = partition_dir(base, group, name)
+    return sorted(folder.rglob("*.parquet")) if folder.is_dir() else []
+
+
+def read_asset(base: str | Path, group: str, name: str) -> pl.DataFrame | None:
+    """The whole asset as one frame: its Parquet file, or the union of all its partitions; None if absent."""
+    path = asset_path(base, group, name)
+    if path.exists():
+        return pl.read_parquet(path)
+    files = partition_files(base, group, name)
+    if not files:
+        return None
+    return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+
+
+@retry(retry=retry_if_exception_type(duckdb.IOException), stop=stop_after_delay(60),
+       wait=wait_exponential(max=2), reraise=True)
+def register_views(db_path: str | Path, views: dict[str, Path]) -> None:
+    """CREATE OR REPLACE VIEW schema.name over each Parquet path (stored relative: works from the repo root).
+
+    A folder (a partitioned asset) becomes a view over the union of every Parquet file below it,
+    matched by column name, so `<group>.<asset>` shows all partitions' rows.
+    """
+    Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+    with duckdb.connect(str(db_path)) as con:
+        for qualified, path in views.items():
+            schema, name = qualified.split(".", 1)
+            rel = os.path.relpath(path, Path.cwd()) if Path(path).is_absolute() else str(path)
+            source = f"read_parquet('{rel}')"
+            if Path(path).is_dir():
+                source = f"read_parquet('{rel}/**/*.parquet', union_by_name = true, hive_partitioning = false)"
+            con.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            con.execute(f"CREATE OR REPLACE VIEW \"{schema}\".\"{name}\" AS SELECT * FROM {source}")
+
+
+def rebuild_views(base: str | Path = ASSETS_DIR, db_path: str | Path = WAREHOUSE) -> list[str]:
+    """Register a view for every assets/<group>/<asset>.parquet on disk (after `dvc checkout`, say),
+    and for every partitioned asset folder assets/<group>/<asset>/ holding Parquet files."""
+    found = {f"{p.parent.name}.{p.stem}": p for p in sorted(Path(base).glob("*/*.parquet"))}
+    for folder in sorted(Path(base).glob("*/*/")):
+        if folder.is_dir() and f"{folder.parent.name}.{folder.name}" not in found and any(folder.rglob("*.parquet")):
+            found[f"{folder.parent.name}.{folder.name}"] = folder
+    if found:
+        register_views(db_path, found)
+    return sorted(found)
+
+
+def connect_readonly(db_path: str | Path = WAREHOUSE) -> duckdb.DuckDBPyConnection:
+    if not Path(db_path).exists():
+        raise FileNotFoundError(f"{db_path} does not exist yet: run `make demo` or materialize some assets first")
+    return duckdb.connect(str(db_path), read_only=True)
+
+
+class WarehouseIOManager(dg.ConfigurableIOManager):
+    """Stores each asset as assets/<group>/<asset>.parquet and keeps its DuckDB view current.
+
+    Partitioned assets: one file per partition, assets/<group>/<asset>/<partition>.parquet, and the view
+    is the union of all partitions. A downstream asset that reads a partitioned one gets the partitions
+    Dagster asks for concatenated; partitions not materialized yet are skipped with a warning.
+    """
+
+    base_dir: str = ASSETS_DIR
+    db_path: str = WAREHOUSE
+
+    @staticmethod
+    def _key(context: dg.OutputContext | dg.InputContext, key: str) -> str:
+        """Multi-partition keys arrive as 'a|b' strings in some contexts: rebuild the per-dimension key."""
+        pdef = context.asset_partitions_def
+        if isinstance(pdef, dg.MultiPartitionsDefinition) and not hasattr(key, "keys_by_dimension"):
+            return pdef.get_partition_key_from_str(key)
+        return key
+
+    def _path(self, key: dg.AssetKey) -> Path:
+        if len(key.path) != 2:
+            raise ValueError(f"asset key {key.to_user_string()} must be <group>/<asset>")
+        return asset_path(self.base_dir, *key.path)
+
+    def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame) -> None:
+        if not isinstance(obj, pl.DataFrame):
+            raise TypeError(f"{context.asset_key.to_user_string()}: assets must return a polars DataFrame")
+        self._path(context.asset_key)  # validates the key
+        view = ".".join(context.asset_key.path)
+        if context.has_asset_partitions:
+            path = partition_path(self.base_dir, *context.asset_key.path,
+                                  self._key(context, context.asset_partition_key))
+            write_parquet_atomic(obj, path)
+            register_views(self.db_path, {view: partition_dir(self.base_dir, *context.asset_key.path)})
+            context.add_output_metadata({"rows": obj.height, "path": str(path), "view": view,
+                                         "partition": str(context.asset_partition_key)})
+            return
+        path = self._path(context.asset_key)
+        write_parquet_atomic(obj, path)
+        register_views(self.db_path, {view: path})
+        context.add_output_metadata({"rows": obj.height, "path": str(path), "view": view})
+
+    def load_input(self, context: dg.InputContext) -> pl.DataFrame:
+        name = context.asset_key.to_user_string()
+        if context.has_asset_partitions:
+            self._path(context.asset_key)
+            keys = list(context.asset_partition_keys)
+            paths = [partition_path(self.base_dir, *context.asset_key.path, self._key(context, k)) for k in keys]
+            present = [p for p in paths if p.exists()]
+            missing = [k for k, p in zip(keys, paths) if not p.exists()]
+            if not present:
+                raise FileNotFoundError(f"no partition of {name} is materialized yet (asked for {keys[:5]}...): "
+                                        f"materialize {name} first")
+            if missing:
+                context.log.warning(f"{name}: {len(missing)} of {len(keys)} partitions not materialized, "
+                                    f"skipped: {[str(k) for k in missing][:10]}")
+            return pl.concat([pl.read_parquet(p) for p in present], how="diagonal_relaxed")
+        path = self._path(context.asset_key)
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: materialize {name} first")
+        return pl.read_parquet(path)

@@ -1,0 +1,246 @@
+"""LLM access by role: role -> cache -> backend (llamacpp | openai | vllm), batch-first, never raising per row."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from tqdm import tqdm
+
+from dagster_project.config import LLMConfig, RoleConfig
+from dagster_project.llm.backends import BACKENDS
+from dagster_project.llm.backends.base import (
+    Backend,
+    Job,
+    JobOutput,
+    Progress,
+    short_error,
+)
+from dagster_project.llm.cache import LLMCache
+from dagster_project.llm.chat import (
+    ChatRequest,
+    ChatResult,
+    sample_cache_key,
+    usage_summary,
+)
+
+
+class DryRun(Protocol):
+    """The client's planning hook: answers the samples the cache could not, instead of any backend.
+
+    Its answers are neither cached nor counted as usage (see llm/plan.py, behind `clarify plan`)."""
+
+    def answer(self, role: str, cfg: RoleConfig, jobs: list[Job], keys: list[list[str]], tag: str) -> list[list[str]]:
+        """One text per sample index of each job; keys are the cache keys of each job's samples."""
+        ...
+
+    def count(self, role: str, cfg: RoleConfig, requests: list[ChatRequest], results: list[ChatResult],
+              tag: str) -> None:
+        """Called once per chat() with every request and its (cached or dry-run) result."""
+        ...
+
+
+class _ResultSink:
+    """Backend outputs -> ChatResults, with the answered samples buffered until the next cache commit."""
+
+    def __init__(self, cache: LLMCache, model: str, keys: list[list[str]], results: list[ChatResult],
+                 pending: list[tuple[int, Job]]):
+        self.cache, self.model, self.keys, self.results, self.pending = cache, model, keys, results, pending
+        self.rows: list[tuple[str, str, str, int, int]] = []
+        self.taken = [False] * len(pending)
+        self.done = self.errors = 0
+
+    def open_jobs(self) -> list[int]:
+        return [j for j, t in enumerate(self.taken) if not t]
+
+    def take(self, j: int, out: JobOutput, latency_s: float) -> None:
+        i, job = self.pending[j]
+        self.taken[j] = True
+        self.done += 1
+        res = self.results[i]
+        res.latency_s += latency_s
+        if out.error or len(out.texts) != len(job.sample_indices):
+            res.error = out.error or f"backend returned {len(out.texts)} of {len(job.sample_indices)} samples"
+            self.errors += 1
+            return
+        res.tokens_in += out.tokens_in
+        res.tokens_out += out.tokens_out
+        share_in = out.tokens_in // len(job.sample_indices)
+        share_out = out.tokens_out // len(job.sample_indices)
+        for idx, text in zip(job.sample_indices, out.texts):
+            res.texts[idx] = text
+            self.rows.append((self.keys[i][idx], self.model, text, share_in, share_out))
+
+    def commit(self) -> None:
+        if self.rows:
+            self.cache.put_many(self.rows)
+            self.rows = []
+
+
+class LLMClient:
+    """chat(role, requests) -> one ChatResult per request, in order. Cache first, then the role's backend."""
+
+    def __init__(self, config: LLMConfig, backends: dict[str, Callable[[RoleConfig], Backend]] | None = None,
+                 dry_run: DryRun | None = None):
+        self.config = config
+        self._factories = backends or BACKENDS
+        self._backends: dict[str, Backend] = {}
+        self._cache: LLMCache | None = None
+        self.dry_run = dry_run
+
+    @property
+    def cache(self) -> LLMCache:
+        """Opened on first use, so loading the definitions (e.g. in the UI) creates no cache file."""
+        if self._cache is None:
+            self._cache = LLMCache(self.config.cache_path)
+        return self._cache
+
+    def backend(self, cfg: RoleConfig) -> Backend:
+        key = cfg.model_dump_json()  # the whole role config: key, limits and engine settings are per role
+        if key not in self._backends:
+            self._backends[key] = self._factories[cfg.backend](cfg)
+        return self._backends[key]
+
+    def resolve(self, cfg: RoleConfig, req: ChatRequest) -> dict[str, Any]:
+        s = req.sampling
+        return {
+            "temperature": cfg.temperature if s.temperature is None else s.temperature,
+            "top_p": cfg.top_p if s.top_p is None else s.top_p,
+            "max_tokens": cfg.max_tokens if s.max_tokens is None else s.max_tokens,
+            "seed": cfg.seed if s.seed is None else s.seed,
+        }
+
+    def chat(self, role: str, requests: list[ChatRequest], progress: Progress | None = None,
+             tag: str = "") -> list[ChatResult]:
+        """One result per request, in order; `tag` names the caller (an asset) for the dry-run hook."""
+        cfg = self.config.role(role)
+        ident = cfg.identity()
+        label = f"{role} [{cfg.backend}:{cfg.model}]"
+        resolved = [self.resolve(cfg, r) for r in requests]
+        keys = [[sample_cache_key(ident, r, s, i) for i in range(r.sampling.n)] for r, s in zip(requests, resolved)]
+        hit = self.cache.get_many([k for ks in keys for k in ks])
+        results = [ChatResult(texts=[""] * r.sampling.n, model=cfg.model) for r in requests]
+        pending: list[tuple[int, Job]] = []
+        hit_in = hit_out = 0
+        for i, (req, ks) in enumerate(zip(requests, keys)):
+            missing = [j for j, k in enumerate(ks) if k not in hit]
+            for j, k in enumerate(ks):
+                if k in hit:
+                    text, tin, tout = hit[k]
+                    results[i].texts[j] = text
+                    results[i].tokens_in += tin
+                    results[i].tokens_out += tout
+                    results[i].cache_hits += 1
+                    hit_in, hit_out = hit_in + tin, hit_out + tout
+            results[i].cached = not missing
+            if missing:
+                pending.append((i, Job(req.messages, resolved[i], missing, req.json_schema)))
+        n_hits = len(requests) - len(pending)
+        say = progress or (lambda m: None)
+        say(f"{label}: {len(requests)} requests, {n_hits} fully cached, {len(pending)} to generate")
+        if self.dry_run is not None:
+            answers = self.dry_run.answer(role, cfg, [job for _, job in pending], [keys[i] for i, _ in pending], tag)
+            for (i, job), texts in zip(pending, answers, strict=True):
+                for idx, text in zip(job.sample_indices, texts, strict=True):
+                    results[i].texts[idx] = text
+            self.dry_run.count(role, cfg, requests, results, tag)
+            say(f"{label}: dry run: {len(pending)} requests would be sent")
+            return results
+        if pending:
+            self._run(cfg, label, pending, keys, results, say)
+        self._record(role, cfg, results, hit_in, hit_out)
+        return results
+
+    def _record(self, role: str, cfg: RoleConfig, results: list[ChatResult], hit_in: int, hit_out: int) -> None:
+        """Per-role accounting for `clarify doctor`; a failure here never fails the call."""
+        try:
+            self.cache.record_usage(
+                role, cfg.backend, cfg.model, len(results), sum(len(r.texts) for r in results),
+                sum(r.cache_hits for r in results), sum(1 for r in results if r.error),
+                sum(r.tokens_in for r in results) - hit_in, sum(r.tokens_out for r in results) - hit_out)
+        except Exception:  # noqa: BLE001, S110 - accounting is best effort
+            pass
+
+    def _run(self, cfg: RoleConfig, label: str, pending: list[tuple[int, Job]], keys: list[list[str]],
+             results: list[ChatResult], say: Progress) -> None:
+        try:
+            backend = self.backend(cfg)
+        except Exception as err:  # noqa: BLE001 - a broken backend fails rows, not the process
+            for i, _ in pending:
+                results[i].error = f"backend unavailable: {short_error(err)}"
+            say(f"{label}: backend unavailable: {err}")
+            return
+        step = max(1, backend.chunk_size)
+        t0 = time.monotonic()
+        bar = tqdm(total=len(pending), desc=label, file=sys.stderr, disable=None, leave=False)
+        sink = _ResultSink(self.cache, cfg.model, keys, results, pending)
+
+        def report() -> None:
+            rate = sink.done / max(time.monotonic() - t0, 1e-9)
+            say(f"{label}: {sink.done}/{len(pending)} generated ({sink.errors} errors, {rate:.2f} req/s)")
+
+        if hasattr(backend, "generate_each"):
+            # every job in flight at once; answers are committed every `step` completions (and at the end),
+            # so one slow or failing request never holds back the others
+            def on_done(j: int, out: JobOutput) -> None:
+                sink.take(j, out, out.latency_s or 0.0)
+                bar.update(1)
+                if sink.done % step == 0:
+                    sink.commit()
+                    report()
+
+            try:
+                backend.generate_each([job for _, job in pending], on_done)
+            except Exception as err:  # noqa: BLE001 - backends should not raise; if one does, fail the open rows
+                for j in sink.open_jobs():
+                    sink.take(j, JobOutput(error=short_error(err)), 0.0)
+            sink.commit()
+            report()
+        else:
+            for start in range(0, len(pending), step):
+                t = time.monotonic()
+                try:
+                    outs = backend.generate([job for _, job in pending[start:start + step]])
+                except Exception as err:  # noqa: BLE001 - backends should not raise; if one does, fail the chunk
+                    outs = [JobOutput(error=short_error(err)) for _ in pending[start:start + step]]
+                per = (time.monotonic() - t) / max(len(outs), 1)
+                for j, out in enumerate(outs, start):
+                    sink.take(j, out, per)
+                sink.commit()  # committed per chunk: a killed run keeps everything answered so far
+                bar.update(len(outs))
+                report()
+        bar.close()
+
+    def usage(self, role: str, results: list[ChatResult]) -> dict[str, float | int]:
+        cfg = self.config.role(role)
+        return usage_summary(results, cfg.price_in_per_mtok, cfg.price_out_per_mtok)
+
+
+
+
+class LLMSession:
+    """chat(role, requests) for one asset execution: the one place usage is recorded (per role, for metadata)."""
+
+    def __init__(self, client: LLMClient, progress: Progress | None = None, tag: str = ""):
+        self.client, self.progress, self.tag = client, progress, tag
+        self.results: dict[str, list[ChatResult]] = defaultdict(list)
+
+    def __call__(self, role: str, requests: list[ChatRequest]) -> list[ChatResult]:
+        if not requests:
+            return []
+        out = self.client.chat(role, requests, self.progress, self.tag)
+        self.results[role].extend(out)
+        return out
+
+    def usage(self) -> dict[str, float | int]:
+        """Per role `<role>_llm_*` and, over all roles, `llm_*`: requests, samples, cache hits, tokens, cost."""
+        meta: dict[str, float | int] = {}
+        every: list[ChatResult] = []
+        for role, results in self.results.items():
+            meta |= {f"{role.replace(':', '_')}_{k}": v for k, v in self.client.usage(role, results).items()}
+            every.extend(results)
+        cost = sum(v for k, v in meta.items() if k.endswith("llm_est_cost_usd"))
+        return meta | usage_summary(every) | {"llm_est_cost_usd": round(cost, 4)}
