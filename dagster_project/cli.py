@@ -123,12 +123,13 @@ def _default_partitions(group: str, params: str) -> list[str] | None:
 
 def _log_days(params: str) -> list[str]:
     """The daily partitions of group `logs` that have records (a quick streamed pass over logs.paths)."""
-    from dagster_project.core.clarilm.logs import LogFormatError
-    from dagster_project.defs.logs.assets import PARTITIONS, days_to_ingest
+    from dagster_project.core.clarilm.logs import days_to_ingest
+    from dagster_project.defs.logs.assets import daily_partitions
 
     try:
-        days, counts = days_to_ingest(load_params(params).logs, PARTITIONS.get_partition_keys())
-    except (ValueError, LogFormatError) as err:
+        cfg = load_params(params).logs
+        days, counts = days_to_ingest(cfg, daily_partitions(cfg).get_partition_keys())
+    except ValueError as err:  # io.records.InputFileError is a ValueError too
         console.print(str(err), style="red", markup=False)
         raise typer.Exit(2) from None
     if not days:
@@ -321,35 +322,21 @@ def _plan_workdir(root: Path, work: Path) -> None:
         shutil.copytree(root / "assets", work / "assets", copy_function=link_or_copy)
 
 
-@app.command()
-def plan(group: str, params: str = typer.Option("params.yaml", help="params file"),
-         partition: list[str] = typer.Option(None, help="only these partition keys of partitioned assets")) -> None:
-    """Dry run: LLM calls, estimated tokens and cost that `clarify materialize GROUP` would spend, before any is.
-
-    Runs the group's assets in a scratch folder with a planning LLM: the real cache is read (cached calls are
-    free), nothing is sent to a model, no asset or cache entry of the project is written."""
+def plan_group(group: str, params: str, partition: list[str] | None = None) -> tuple[list, bool]:
+    """Run a group's assets in a scratch folder with the LLM client's dry-run hook: (role plans, all assets ran)."""
     import tempfile
 
-    try:
-        load_params(params)
-    except ParamsError as err:
-        console.print(f"[red]{err}[/red]")
-        raise typer.Exit(2) from None
-    root = Path.cwd()
-    os.environ["CLARIFY_PARAMS"] = str((root / params).resolve())
     import dagster as dg
 
-    from dagster_project.definitions import defs
-    from dagster_project.llm.plan import PLANNERS, PlanningLLM, merge_plans
+    from dagster_project.definitions import build_definitions
+    from dagster_project.lib.resources import LLMResource
+    from dagster_project.llm.plan import Planner
 
-    from dagster_project.resources.params import ParamsResource
-
-    params_abs = os.environ["CLARIFY_PARAMS"]
+    root = Path.cwd()
+    p = load_params(params)
+    planner = Planner()
+    dry = build_definitions(p, llm=LLMResource(p.llm, dry_run=planner))
     partition = partition or _default_partitions(group, params)
-    dry = dg.Definitions(assets=list(defs.assets or []), executor=dg.in_process_executor,
-                         resources={**(defs.resources or {}), "params": ParamsResource(path=params_abs),
-                                    "llm": PlanningLLM(params_path=params_abs)})
-    PLANNERS.clear()
     with tempfile.TemporaryDirectory(prefix="clarify-plan-") as d:
         _plan_workdir(root, Path(d))
         os.chdir(d)
@@ -357,12 +344,26 @@ def plan(group: str, params: str = typer.Option("params.yaml", help="params file
             with dg.DagsterInstance.ephemeral() as instance:
                 results = materialize_group(dry, group, instance, partition,
                                             say=lambda m: console.print(f"plan: {m}", markup=False, highlight=False))
-        except ValueError as err:
-            console.print(str(err), style="red", markup=False)
-            raise typer.Exit(2) from None
         finally:
             os.chdir(root)
-    plans = merge_plans(PLANNERS)
+    return planner.summary(), bool(results) and all(r.success for r in results)
+
+
+@app.command()
+def plan(group: str, params: str = typer.Option("params.yaml", help="params file"),
+         partition: list[str] = typer.Option(None, help="only these partition keys of partitioned assets")) -> None:
+    """Dry run: LLM calls, estimated tokens and cost that `clarify materialize GROUP` would spend, before any is.
+
+    Runs the group's assets in a scratch folder with a planning LLM: the real cache is read (cached calls are
+    free), nothing is sent to a model, no asset or cache entry of the project is written."""
+    try:
+        plans, ran = plan_group(group, params, partition)
+    except ParamsError as err:
+        console.print(f"[red]{err}[/red]")
+        raise typer.Exit(2) from None
+    except ValueError as err:
+        console.print(str(err), style="red", markup=False)
+        raise typer.Exit(2) from None
     t = Table(title=f"LLM plan for group {group!r} (nothing was sent)")
     for c in ("role", "backend", "model", "requests", "samples", "cached", "to generate", "est. tokens in",
               "max tokens out", "est. cost USD", "assets"):
@@ -376,7 +377,7 @@ def plan(group: str, params: str = typer.Option("params.yaml", help="params file
     console.print(f"total: {total_new} LLM calls to make, ~{sum(r.est_tokens_in for r in plans)} prompt tokens "
                   f"(~{4} characters per token), at most {sum(r.max_tokens_out for r in plans)} output tokens, "
                   f"est. cost ${sum(r.est_cost_usd for r in plans):.4f} (prices from params; 0 = not set)")
-    if not results or not all(r.success for r in results):
+    if not ran:
         console.print("[yellow]some assets failed in the dry run; counts cover the ones that ran[/yellow]")
         raise typer.Exit(1)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -113,19 +113,17 @@ class BenchmarkConfig(_Strict):
         return self
 
 
-METHOD_NAMES = (
-    "base", "majority_vote", "cot", "intent_sim", "at_cot", "clarify_agent",
-    "clarify_agent_no_planner", "clarify_agent_no_perceiver", "clarify_agent_no_forecaster",
-)
 MethodName = Literal[
     "base", "majority_vote", "cot", "intent_sim", "at_cot", "clarify_agent",
     "clarify_agent_no_planner", "clarify_agent_no_perceiver", "clarify_agent_no_forecaster",
 ]
+"""Every evaluated method (the one list: core/clarifymt/agent/registry.py builds exactly these)."""
+METHOD_NAMES: tuple[str, ...] = get_args(MethodName)
 BENCHMARK_DATASET = "clarifymt"
 
 
 class ExternalDatasetConfig(_Strict):
-    """A public clarification dataset on disk, imported into the dialogue/turn schema (core/external.py)."""
+    """A public clarification dataset on disk, imported into the dialogue/turn schema (io/formats/)."""
 
     format: Literal["clamber", "clariq", "generic"]
     path: str
@@ -134,6 +132,8 @@ class ExternalDatasetConfig(_Strict):
 
 
 class EvaluationConfig(_Strict):
+    """ClarifyMT-Bench evaluation: methods x subjects, datasets, method knobs (read by the methods directly), judge."""
+
     methods: list[MethodName] = Field(default_factory=lambda: ["base"])
     datasets: list[str] = Field(default_factory=lambda: [BENCHMARK_DATASET])
     external: dict[str, ExternalDatasetConfig] = Field(default_factory=dict)

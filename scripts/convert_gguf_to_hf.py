@@ -27,7 +27,7 @@ def convert(model: str, out: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    from dagster_project.llm.client import resolve_gguf
+    from dagster_project.llm.backends.llamacpp import resolve_gguf
 
     gguf = resolve_gguf(model)
     if (out / "config.json").exists():

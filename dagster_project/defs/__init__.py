@@ -1,0 +1,1 @@
+"""Dagster wiring, one folder per asset group (assets.py), plus quality/ (GX suites as asset checks)."""

@@ -98,10 +98,10 @@ def _jsonl(path: Path, file: str) -> Iterator[Record]:
             if not line.strip():
                 continue
             try:
-                text = line.decode("utf-8")
+                text = line.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as e:
-                yield Record(file, number, raw=line[:RAW_SNIPPET].decode("utf-8", "replace"), problem="not_utf8",
-                             detail=f"byte {e.start}: {e.reason}")
+                yield Record(file, number, raw=line[:RAW_SNIPPET].decode("utf-8", "replace").rstrip("\r\n"),
+                             problem="not_utf8", detail=f"byte {e.start}: {e.reason}")
                 continue
             try:
                 obj = json.loads(text)
@@ -109,7 +109,7 @@ def _jsonl(path: Path, file: str) -> Iterator[Record]:
                 yield Record(file, number, raw=text[:RAW_SNIPPET], problem="invalid_json",
                              detail=f"{e.msg} at char {e.pos}")
                 continue
-            yield _object(file, number, obj, text[:RAW_SNIPPET].rstrip("\n"))
+            yield _object(file, number, obj, text[:RAW_SNIPPET])
 
 
 def _object(file: str, number: int, obj: Any, raw: str) -> Record:
@@ -195,14 +195,15 @@ def iter_records(path: str | Path, batch_size: int = 10_000) -> Iterator[Record]
 
 
 def _is_jsonl(path: Path) -> bool:
-    """A .json file whose first line is a whole JSON value is JSON Lines."""
+    """A .json file is JSON Lines when its first line is a whole JSON value and another line follows."""
     with _open_binary(path) as f:
         first = f.readline()
+        more = any(line.strip() for line in f)
     try:
         json.loads(first)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return False
-    return True
+    return more
 
 
 def read_records(path: str | Path, quarantine: Quarantine | None = None) -> tuple[list[Record], Quarantine]:

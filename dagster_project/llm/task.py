@@ -89,7 +89,13 @@ def _describe(err: ValidationError) -> str:
         return f"missing field {loc!r}"
     if first["type"] == "value_error" and "is empty" in first["msg"]:
         return f"field {loc!r} is empty"
+    if first["type"] in _TYPE_NAMES:
+        return f"field {loc!r} should be {_TYPE_NAMES[first['type']]}, got {type(first['input']).__name__}"
     return f"field {loc!r}: {first['msg']}"
+
+
+_TYPE_NAMES = {"string_type": "str", "int_type": "int", "float_type": "float", "bool_type": "bool",
+               "list_type": "list", "dict_type": "dict", "model_type": "object"}
 
 
 # --------------------------------------------------------------------------- JSON in a reply

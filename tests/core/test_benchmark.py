@@ -1,19 +1,42 @@
-"""Single-turn generation / rating parsing (ClarifyMT-Bench §4.1) with hand-made ChatResults."""
+"""Single-turn generation / rating (ClarifyMT-Bench §4.1) with a chat that replays hand-made ChatResults."""
 
 import json
 
 import polars as pl
 import pytest
 
-from dagster_project.core.clarifymt.benchmark import (
-    GENERATION_SCHEMA, RATING_SCHEMA, TOPICS, generation_plan, generation_requests, parse_generation,
-    parse_ratings, rating_requests,
-)
+from dagster_project.core.clarifymt.benchmark import TOPICS, generate, generation_plan, rate
+from dagster_project.core.shared.taxonomy import SUBTYPE_BY_KEY
 from dagster_project.llm.chat import ChatResult
 from dagster_project.llm.prompts import load_prompt
-from dagster_project.core.shared.taxonomy import SUBTYPE_BY_KEY
 
 LEX, SCOPE = SUBTYPE_BY_KEY["lexical"], SUBTYPE_BY_KEY["scope"]
+
+# The schemas the steps have always sent (part of every cache key and of the llama.cpp grammar).
+GENERATION_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "minLength": 8, "maxLength": 200},
+        "clarifying_question": {"type": "string", "minLength": 8, "maxLength": 200},
+        "missing_info": {"type": "array", "items": {"type": "string", "maxLength": 40}, "minItems": 1, "maxItems": 4},
+        "explanation": {"type": "string", "maxLength": 200},
+    },
+    "required": ["query", "clarifying_question", "missing_info", "explanation"],
+}
+RATING_SCHEMA = {
+    "type": "object",
+    "properties": {"score": {"type": "integer", "minimum": 1, "maximum": 5},
+                   "reason": {"type": "string", "maxLength": 160}},
+    "required": ["score", "reason"],
+}
+
+
+def replay(results, sent):
+    """A chat that records (role, request) and answers with `results` (or results(request)), in order."""
+    def chat(role, requests):
+        sent.extend((role, r) for r in requests)
+        return [results(r) for r in requests] if callable(results) else list(results)
+    return chat
 
 
 def test_generation_plan():
@@ -30,8 +53,12 @@ def test_generation_plan():
 
 def test_generation_requests():
     plan = generation_plan([LEX, SCOPE], 2)
-    reqs = generation_requests(plan, SUBTYPE_BY_KEY, temperature=0.9, seed=10)
+    sent = []
+    generate(replay(lambda r: ChatResult(texts=[GOOD]), sent), plan, SUBTYPE_BY_KEY, temperature=0.9, seed=10)
+    assert {role for role, _ in sent} == {"generator"}
+    reqs = [r for _, r in sent]
     assert len(reqs) == 4
+    assert all(r.sampling.max_tokens == 320 and r.sampling.n == 1 and r.sampling.top_p is None for r in reqs)
     assert [r.sampling.seed for r in reqs] == [10, 11, 10, 11]
     assert all(r.sampling.temperature == 0.9 for r in reqs)
     assert all(r.json_schema == GENERATION_SCHEMA for r in reqs)
@@ -47,10 +74,10 @@ GOOD = json.dumps({"query": "  Tell me about bass. ", "clarifying_question": " F
 
 def _generate(texts_or_errors):
     plan = generation_plan([LEX], len(texts_or_errors))
-    reqs = generation_requests(plan, SUBTYPE_BY_KEY, temperature=0.9)
     results = [ChatResult(error=x[1], model="m") if isinstance(x, tuple) else ChatResult(texts=[x], model="m")
                for x in texts_or_errors]
-    return parse_generation(plan, reqs, results), reqs
+    sent = []
+    return generate(replay(results, sent), plan, SUBTYPE_BY_KEY, temperature=0.9), [r for _, r in sent]
 
 
 def test_parse_generation_statuses():
@@ -92,16 +119,18 @@ def test_parse_generation_all_failed_keeps_schema():
 
 def test_parse_generation_length_mismatch_raises():
     plan = generation_plan([LEX], 2)
-    reqs = generation_requests(plan, SUBTYPE_BY_KEY, temperature=0.9)
     with pytest.raises(ValueError):
-        parse_generation(plan, reqs, [ChatResult(texts=[GOOD])])
+        generate(replay([ChatResult(texts=[GOOD])], []), plan, SUBTYPE_BY_KEY, temperature=0.9)
 
 
 def test_rating_requests():
     rows = pl.DataFrame({"subtype": ["lexical"], "query": ["What is bass?"], "clarifying_question": ["Fish?"]})
-    (req,) = rating_requests(rows, SUBTYPE_BY_KEY)
+    sent = []
+    rate(replay([ChatResult(texts=['{"score": 3}'])], sent), rows, SUBTYPE_BY_KEY)
+    ((role, req),) = sent
+    assert role == "judge"
     assert req.json_schema == RATING_SCHEMA
-    assert req.sampling.temperature == 0.0
+    assert req.sampling.temperature == 0.0 and req.sampling.max_tokens == 120 and req.sampling.seed is None
     assert "What is bass?" in req.messages[-1]["content"] and "Fish?" in req.messages[-1]["content"]
     assert req.prompt_version == load_prompt("rate_single_turn").version
 
@@ -119,7 +148,9 @@ def test_parse_ratings():
         "not json",
     ]
     results = [ChatResult(texts=[t]) for t in texts] + [ChatResult(error="rate limited")]
-    df = parse_ratings(results)
+    rows = pl.DataFrame({"subtype": ["scope"] * len(results), "query": ["q"] * len(results),
+                         "clarifying_question": ["c"] * len(results)})
+    df = rate(replay(results, []), rows, SUBTYPE_BY_KEY)
     assert df.columns == ["quality", "quality_reason", "quality_status", "quality_raw"]
     assert df["quality"].to_list() == [4, 1] + [None] * 8
     assert df["quality_status"].to_list() == ["ok", "ok"] + ["parse_error"] * 7 + ["llm_error"]
@@ -128,5 +159,8 @@ def test_parse_ratings():
 
 
 def test_parse_ratings_empty():
-    df = parse_ratings([])
+    sent = []
+    df = rate(replay([], sent), pl.DataFrame(schema={"subtype": pl.Utf8, "query": pl.Utf8,
+                                                    "clarifying_question": pl.Utf8}), SUBTYPE_BY_KEY)
+    assert sent == []
     assert df.height == 0 and df.schema["quality"] == pl.Int64

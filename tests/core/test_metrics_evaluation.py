@@ -6,8 +6,9 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from dagster_project.core.shared.metrics import bertscore_f1, content_tokens, decision_macro_f1, paired_significance, token_f1, win_tie_lose
 from dagster_project.core.clarifymt.metrics import evaluation_tables, method_comparison, persona_spread
+from dagster_project.core.shared.metrics import (
+    bertscore_f1, content_tokens, decision_macro_f1, paired_significance, token_f1, win_tie_lose,
 )
 
 

@@ -75,8 +75,7 @@ def test_persona_pivot_empty_without_persona_rows():
 
 # --------------------------------------------------------------------------- the full report (ReportInputs)
 
-from dagster_project.core.clarifymt.metrics import evaluation_tables
-from dagster_project.core.clarifymt.metrics import method_comparison  # noqa: E402
+from dagster_project.core.clarifymt.metrics import evaluation_tables, method_comparison  # noqa: E402
 from dagster_project.core.clarifymt.report import (  # noqa: E402
     ReportInputs, question_quality, render_html, render_report, report_plots,
 )

@@ -1,16 +1,23 @@
-"""Persona simulation and dialogue assembly (ClarifyMT-Bench §4.2) with hand-made ChatResults."""
+"""Persona simulation and dialogue assembly (ClarifyMT-Bench §4.2) with a chat answering hand-made ChatResults."""
 
 import json
 
 import polars as pl
 import pytest
 
+from dagster_project.core.clarifymt.simulation import simulate
+from dagster_project.core.shared.taxonomy import PERSONA_BY_KEY, PERSONAS
 from dagster_project.llm.chat import ChatResult
 from dagster_project.llm.prompts import load_prompt
-from dagster_project.core.clarifymt.simulation import (
-    THREE_TURN_SCHEMA, TWO_TURN_SCHEMA, assemble_dialogues, simulation_requests,
-)
-from dagster_project.core.shared.taxonomy import PERSONA_BY_KEY, PERSONAS
+
+# The schemas the simulator has always been sent (part of every cache key and of the llama.cpp grammar).
+_TEXT = {"type": "string", "minLength": 2, "maxLength": 160}
+TWO_TURN_SCHEMA = {"type": "object", "properties": {"reply": _TEXT}, "required": ["reply"]}
+THREE_TURN_SCHEMA = {
+    "type": "object",
+    "properties": {"reply_1": _TEXT, "follow_up_question": _TEXT, "reply_2": _TEXT},
+    "required": ["reply_1", "follow_up_question", "reply_2"],
+}
 
 QUERIES = pl.DataFrame({
     "query_id": ["lexical-000"], "subtype": ["lexical"], "query": ["Tell me about bass."],
@@ -23,11 +30,26 @@ THREE_OK = json.dumps({"reply_1": " Kind of both? ", "follow_up_question": " Whi
                        "reply_2": " The fish. "})
 
 
-def _run(personas, outputs):
-    plan, reqs = simulation_requests(QUERIES, personas, temperature=0.7, seed=3)
-    results = [ChatResult(error=o[1], model="sim") if isinstance(o, tuple) else ChatResult(texts=[o], model="sim")
-               for o in outputs]
-    return assemble_dialogues(QUERIES, plan, reqs, results, PERSONA_BY_KEY), reqs
+def persona_of(request):
+    """The persona a simulator request plays (its name follows "behaviour...: " in the prompt)."""
+    (p,) = [p for p in PERSONAS if f": {p.name}. " in request.messages[-1]["content"]]
+    return p.key
+
+
+def _run(personas, outputs, queries=QUERIES):
+    """simulate() with outputs[i] the answer to personas[i]; returns the table and {persona: its one request}."""
+    by_persona = {p.key: ChatResult(error=o[1], model="sim") if isinstance(o, tuple)
+                  else ChatResult(texts=[o], model="sim") for p, o in zip(personas, outputs, strict=True)}
+    sent = []
+
+    def chat(role, requests):
+        assert role == "user_simulator"
+        sent.extend(requests)
+        return [by_persona[persona_of(r)] for r in requests]
+
+    df = simulate(chat, queries, personas, temperature=0.7, seed=3)
+    assert sorted(persona_of(r) for r in sent) == sorted(p.key for p in personas)  # one request per persona
+    return df, {persona_of(r): r for r in sent}
 
 
 def dialogue(df, persona):
@@ -35,26 +57,27 @@ def dialogue(df, persona):
 
 
 def test_simulation_requests():
-    plan, reqs = simulation_requests(QUERIES, list(PERSONAS), temperature=0.7, seed=3)
-    assert plan.to_dicts() == [{"query_id": "lexical-000", "persona": p.key} for p in PERSONAS]
+    df, sent = _run(list(PERSONAS), [TWO_OK if p.turns == 2 else THREE_OK for p in PERSONAS])
+    assert df["dialogue_id"].unique(maintain_order=True).to_list() == [f"lexical-000-{p.key}" for p in PERSONAS]
+    reqs = [sent[p.key] for p in PERSONAS]
     schemas = [r.json_schema for r in reqs]
     assert schemas == [TWO_TURN_SCHEMA] + [THREE_TURN_SCHEMA] * 4 + [TWO_TURN_SCHEMA]
     assert reqs[0].prompt_version == load_prompt("simulate_two_turn").version
     assert reqs[1].prompt_version == load_prompt("simulate_three_turn").version
-    assert all(r.sampling.temperature == 0.7 and r.sampling.seed == 3 for r in reqs)
+    assert all(r.sampling.temperature == 0.7 and r.sampling.seed == 3 and r.sampling.max_tokens == 200 for r in reqs)
     user = reqs[5].messages[-1]["content"]
     assert Q in user and CQ in user and "sense" in user and "Refusal" in user
 
 
 def test_missing_info_empty_becomes_unspecified():
     q = QUERIES.with_columns(missing_info=pl.lit([], dtype=pl.List(pl.Utf8)))
-    _, (req,) = simulation_requests(q, [PERSONA_BY_KEY["precise"]], temperature=0.7)
-    assert "missing: unspecified" in req.messages[-1]["content"]
+    _, sent = _run([PERSONA_BY_KEY["precise"]], [TWO_OK], q)
+    assert "missing: unspecified" in sent["precise"].messages[-1]["content"]
 
 
 def test_ok_dialogues_rows_messages_and_references():
     personas = [PERSONA_BY_KEY[k] for k in ("precise", "partial_vague", "refusal", "off_focus")]
-    df, reqs = _run(personas, [TWO_OK, THREE_OK, TWO_OK, THREE_OK])
+    df, sent = _run(personas, [TWO_OK, THREE_OK, TWO_OK, THREE_OK])
     assert df.height == 2 + 3 + 2 + 3
     assert set(df["status"].to_list()) == {"ok"}
     assert df["error"].null_count() == df.height
@@ -70,7 +93,7 @@ def test_ok_dialogues_rows_messages_and_references():
     assert [r["user_utterance"] for r in precise] == [Q, "The fish."]
     assert precise[0]["dialogue_id"] == "lexical-000-precise"
     assert precise[0]["raw_output"] is None and precise[1]["raw_output"] == TWO_OK
-    assert precise[1]["prompt_version"] == reqs[0].prompt_version and precise[1]["model"] == "sim"
+    assert precise[1]["prompt_version"] == sent["precise"].prompt_version and precise[1]["model"] == "sim"
 
     pv = dialogue(df, "partial_vague")
     assert [r["reference_action"] for r in pv] == ["clarify", "clarify", "answer"]
@@ -129,3 +152,21 @@ def test_mixed_batch_row_count_and_schema():
     assert df["dialogue_id"].n_unique() == 6
     assert df.schema["messages"] == pl.List(pl.Struct({"role": pl.Utf8, "content": pl.Utf8}))
     assert df["reference_action"].value_counts().sort("reference_action").rows() == [("answer", 6), ("clarify", 10)]
+
+
+def test_rows_follow_query_then_persona_order_across_batches():
+    """Two- and three-turn personas are simulated in separate batches; rows still come query by query."""
+    queries = pl.concat([QUERIES, QUERIES.with_columns(query_id=pl.lit("scope-001"), query=pl.lit("Fix it."))])
+    personas = [PERSONA_BY_KEY[k] for k in ("partial_vague", "precise", "off_focus")]
+    sent = []
+
+    def chat(role, requests):
+        sent.append(len(requests))
+        return [ChatResult(texts=[TWO_OK if persona_of(r) == "precise" else THREE_OK]) for r in requests]
+
+    df = simulate(chat, queries, personas, temperature=0.7)
+    assert sorted(sent) == [2, 4]
+    assert df["dialogue_id"].unique(maintain_order=True).to_list() == [
+        f"{q}-{p.key}" for q in ("lexical-000", "scope-001") for p in personas]
+    assert df.filter(pl.col("query_id") == "scope-001", pl.col("turn") == 1)["user_utterance"].to_list() == ["Fix it."] * 3
+    assert set(df["status"]) == {"ok"}

@@ -7,27 +7,15 @@ import duckdb
 import numpy as np
 import polars as pl
 import pytest
-import yaml
-from fakes import ScriptedBackend, schema_responder
+from fakes import ScriptedBackend, schema_responder, scripted_llm
 
 from dagster_project.cli import materialize_group
-from dagster_project.config import load_params
+from dagster_project.config import Params, parse_params
 from dagster_project.definitions import defs
-from dagster_project.defs import benchmark, evaluation
+from dagster_project.defs.benchmark import assets as benchmark
+from dagster_project.defs.evaluation import assets as evaluation
 from dagster_project.defs.quality.checks import build_checks
-from dagster_project.llm.client import LLMClient, LLMResource
-from dagster_project.resources.params import ParamsResource
 from dagster_project.lib.warehouse import WarehouseIOManager, read_asset
-
-SCRIPTED: dict[str, ScriptedBackend] = {}
-
-
-class ScriptedLLM(LLMResource):
-    """LLMResource whose every backend is the scripted one in SCRIPTED['backend']."""
-
-    def setup_for_execution(self, context) -> None:
-        self._client = LLMClient(load_params(self.params_path).llm,
-                                 backends={"llamacpp": lambda cfg: SCRIPTED["backend"]})
 
 
 class OrthogonalEmbedder(dg.ConfigurableResource):
@@ -40,16 +28,14 @@ class OrthogonalEmbedder(dg.ConfigurableResource):
         return out
 
 
-def _params(tmp_path, **benchmark_overrides) -> str:
+def _params(tmp_path, **benchmark_overrides) -> Params:
     data = {
         "llm": {"cache_path": str(tmp_path / "cache.sqlite")},
         "benchmark": {"n_per_subtype": 2, "subtypes": ["lexical", "scope"], **benchmark_overrides},
         "quality": {"max_error_rate": 0.2},
         "evaluation": {"methods": ["base"], "bertscore": False},
     }
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return str(path)
+    return parse_params(data)
 
 
 class Runs:
@@ -68,15 +54,15 @@ class Runs:
 
 def _run(tmp_path, monkeypatch, responder=schema_responder, fail=None, **overrides):
     monkeypatch.chdir(tmp_path)
-    SCRIPTED["backend"] = ScriptedBackend(responder, fail)
     params = _params(tmp_path, **overrides)
     # the evaluation group's partitions (subject x method) come from the params it is built with
-    assets = [*dg.load_assets_from_modules([benchmark]), *evaluation.build_assets(load_params(params))]
-    keys = {k for a in assets for k in a.keys}
-    checks = [c for c in build_checks() if all(ck.asset_key in keys for ck in c.check_keys)]
-    local = dg.Definitions(assets=assets, asset_checks=checks, executor=dg.in_process_executor, resources={
-        "io_manager": WarehouseIOManager(), "params": ParamsResource(path=params),
-        "llm": ScriptedLLM(params_path=params), "embedder": OrthogonalEmbedder()})
+    graph = dg.Definitions.merge(dg.Definitions(assets=dg.load_assets_from_modules([benchmark])),
+                                 evaluation.build(params))
+    keys = {k for a in graph.assets or [] for k in a.keys}
+    local = dg.Definitions.merge(graph, dg.Definitions(
+        asset_checks=build_checks(keys), executor=dg.in_process_executor, resources={
+            "io_manager": WarehouseIOManager(), "params": params,
+            "llm": scripted_llm(params, ScriptedBackend(responder, fail)), "embedder": OrthogonalEmbedder()}))
     instance = dg.DagsterInstance.ephemeral()
     results = materialize_group(local, "benchmark", instance)
     if all(r.success for r in results):
@@ -90,7 +76,7 @@ def test_definitions_load():
     assert {"benchmark/taxonomy", "benchmark/single_turn_queries", "benchmark/persona_dialogues",
             "evaluation/predictions", "evaluation/metric_tables", "evaluation/report"} <= keys
     assert {"benchmark", "evaluation"} <= {graph.get(k).group_name for k in graph.get_all_asset_keys()}
-    assert len(build_checks()) >= 4
+    assert len(build_checks(graph.get_all_asset_keys())) >= 4
 
 
 def test_whole_graph_with_scripted_llm(tmp_path, monkeypatch):

@@ -17,10 +17,10 @@ import dagster as dg
 import polars as pl
 
 from dagster_project.llm.chat import ChatRequest
-from dagster_project.llm.parsing import parse_json_object
+from dagster_project.llm.task import parse_json_object
 from dagster_project.defs.quality.checks import build_checks
-from dagster_project.llm.client import LLMResource
-from dagster_project.resources.params import ParamsResource
+from dagster_project.config import load_params
+from dagster_project.lib.resources import LLMResource
 from dagster_project.lib.warehouse import WarehouseIOManager
 
 GROUP, ASSET = "llmfaults", "answers"
@@ -65,27 +65,30 @@ def write_suite(folder: Path) -> Path:
 
 def build_defs(params_path: str, n: int, poison_every: int, suites_dir: Path, llm: LLMResource | None = None,
                role: str = "assistant") -> dg.Definitions:
+    params = load_params(params_path)
     @dg.asset(key_prefix=GROUP, group_name=GROUP, name=ASSET, kinds={"polars"})
-    def answers(context: dg.AssetExecutionContext, llm: LLMResource) -> pl.DataFrame:
+    def answers(context: dg.AssetExecutionContext, llm: dg.ResourceParam[LLMResource]) -> pl.DataFrame:
         qs = questions(n, poison_every)
         reqs = [ChatRequest.of([{"role": "user", "content": q}], PROMPT_VERSION, SCHEMA,
                                temperature=0.0, max_tokens=10) for q in qs]
-        results = llm.chat(role, reqs, context)
+        chat = llm.session(context)
+        results = chat(role, reqs)
         rows = []
         for i, (q, r) in enumerate(zip(qs, results)):
-            obj, why = parse_json_object(r.text) if r.ok else (None, None)
+            obj, why, _ = parse_json_object(r.text) if r.ok else (None, None, False)
             answer = obj.get("answer") if obj else None
             status = "llm_error" if not r.ok else ("ok" if answer in ("yes", "no") else "parse_error")
             rows.append({"qid": i, "question": q, "answer": answer, "status": status, "raw_output": r.text,
                          "error": r.error or (why if status == "parse_error" else None), "model": r.model,
                          "prompt_version": PROMPT_VERSION, "cached": r.cached})
-        context.add_output_metadata(llm.usage(role, results))
+        context.add_output_metadata(chat.usage())
         return pl.DataFrame(rows, schema_overrides={"answer": pl.Utf8, "error": pl.Utf8})
 
     return dg.Definitions(
-        assets=[answers], asset_checks=build_checks(write_suite(suites_dir)), executor=dg.in_process_executor,
-        resources={"io_manager": WarehouseIOManager(), "params": ParamsResource(path=params_path),
-                   "llm": llm or LLMResource(params_path=params_path)})
+        assets=[answers], asset_checks=build_checks({dg.AssetKey([GROUP, ASSET])}, write_suite(suites_dir)),
+        executor=dg.in_process_executor,
+        resources={"io_manager": WarehouseIOManager(), "params": params,
+                   "llm": llm or LLMResource(params.llm)})
 
 
 def materialize(defs: dg.Definitions, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:

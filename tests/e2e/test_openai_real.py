@@ -31,7 +31,8 @@ from openai_asset import ASSET, GROUP, POISON, SCHEMA, build_defs, materialize, 
 
 from dagster_project.llm.chat import ChatRequest
 from dagster_project.config import load_params
-from dagster_project.llm.client import LLMClient, resolve_gguf
+from dagster_project.llm.backends.llamacpp import resolve_gguf
+from dagster_project.llm.client import LLMClient
 
 pytestmark = pytest.mark.e2e
 

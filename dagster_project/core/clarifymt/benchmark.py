@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import polars as pl
+from typing import Any
 
-from dagster_project.llm.chat import ChatRequest, ChatResult
-from dagster_project.llm.parsing import parse_json_object, require_fields
-from dagster_project.llm.prompts import load_prompt
-from dagster_project.core.shared.taxonomy import Subtype
+import polars as pl
+from pydantic import ConfigDict, Field
+
+from dagster_project.config import BenchmarkConfig
+from dagster_project.core.shared.dedup import Embed, semantic_dedup
+from dagster_project.core.shared.taxonomy import QUERY_SUBTYPES, SUBTYPE_BY_KEY, Subtype
+from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Reply
 
 # Everyday topics rotated across samples so one subtype does not produce n copies of one request.
 TOPICS = (
@@ -16,23 +19,44 @@ TOPICS = (
     "movies and TV", "pets", "science", "event planning",
 )
 
-GENERATION_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "query": {"type": "string", "minLength": 8, "maxLength": 200},
-        "clarifying_question": {"type": "string", "minLength": 8, "maxLength": 200},
-        "missing_info": {"type": "array", "items": {"type": "string", "maxLength": 40}, "minItems": 1, "maxItems": 4},
-        "explanation": {"type": "string", "maxLength": 200},
-    },
-    "required": ["query", "clarifying_question", "missing_info", "explanation"],
-}
 
-RATING_SCHEMA = {
-    "type": "object",
-    "properties": {"score": {"type": "integer", "minimum": 1, "maximum": 5},
-                   "reason": {"type": "string", "maxLength": 160}},
-    "required": ["score", "reason"],
-}
+def _sentence() -> Any:
+    return Field(json_schema_extra={"minLength": 8, "maxLength": 200})
+
+
+def _loose_text(max_length: int, default: Any) -> Any:
+    """A string in the schema that validation takes as it comes (or leaves out): the old parser only read it."""
+    return Field(default, json_schema_extra={"type": "string", "maxLength": max_length})
+
+
+class GeneratedQuery(Reply):
+    """The generator's reply: an ambiguous query, its clarifying question, what is missing (and why).
+
+    The schema asks for every field; validation needs only the first three (explanation may be absent)."""
+
+    model_config = ConfigDict(json_schema_extra={
+        "required": ["query", "clarifying_question", "missing_info", "explanation"]})
+
+    query: NonEmpty = _sentence()
+    clarifying_question: NonEmpty = _sentence()
+    missing_info: list[Any] = Field(json_schema_extra={
+        "items": {"type": "string", "maxLength": 40}, "minItems": 1, "maxItems": 4})
+    explanation: Any = _loose_text(200, "")
+
+
+class Rating(Reply):
+    """Quality(q) of Eq. 7: a 1-5 score (the reason may be absent)."""
+
+    model_config = ConfigDict(json_schema_extra={"required": ["score", "reason"]})
+
+    score: int = Field(ge=1, le=5)
+    reason: Any = _loose_text(160, None)
+
+
+GENERATE = LLMTask("generate_single_turn", role="generator", reply=GeneratedQuery, sampling={"max_tokens": 320})
+RATE = LLMTask("rate_single_turn", role="judge", reply=Rating, sampling={"temperature": 0.0, "max_tokens": 120})
+
+RATING_COLUMNS = {"quality": pl.Int64, "quality_reason": pl.Utf8, "quality_status": pl.Utf8, "quality_raw": pl.Utf8}
 
 
 def generation_plan(subtypes: list[Subtype], n_per_subtype: int) -> pl.DataFrame:
@@ -47,67 +71,62 @@ def generation_plan(subtypes: list[Subtype], n_per_subtype: int) -> pl.DataFrame
     )
 
 
-def generation_requests(plan: pl.DataFrame, subtypes: dict[str, Subtype], temperature: float,
-                        seed: int = 0) -> list[ChatRequest]:
-    prompt = load_prompt("generate_single_turn")
-    reqs = []
-    for row in plan.iter_rows(named=True):
-        s = subtypes[row["subtype"]]
-        msgs = prompt.messages(subtype_name=s.name.lower(), definition=s.definition, example=s.example,
-                               example_clarification=s.example_clarification, topic_hint=row["topic_hint"])
-        reqs.append(ChatRequest.of(msgs, prompt.version, GENERATION_SCHEMA, temperature=temperature,
-                                   seed=seed + row["sample"], max_tokens=320))
-    return reqs
+def _generation_values(row: dict[str, Any], subtypes: dict[str, Subtype]) -> dict[str, Any]:
+    s = subtypes[row["subtype"]]
+    return {"subtype_name": s.name.lower(), "definition": s.definition, "example": s.example,
+            "example_clarification": s.example_clarification, "topic_hint": row["topic_hint"]}
 
 
-def parse_generation(plan: pl.DataFrame, requests: list[ChatRequest], results: list[ChatResult]) -> pl.DataFrame:
-    """One row per reply with status ok / parse_error / llm_error; raw output and prompt version kept."""
+def generate(chat: Chat, plan: pl.DataFrame, subtypes: dict[str, Subtype], temperature: float,
+             seed: int = 0) -> pl.DataFrame:
+    """One generator call per plan row (seed + sample); one row per reply with its status and provenance."""
+    outcomes = GENERATE.run(chat, plan.to_dicts(), lambda row: _generation_values(row, subtypes),
+                            lambda row: {"temperature": temperature, "seed": seed + row["sample"]})
     rows = []
-    for row, req, res in zip(plan.iter_rows(named=True), requests, results, strict=True):
-        out = {**row, "query_id": f"{row['subtype']}-{row['sample']:03d}", "query": None,
-               "clarifying_question": None, "missing_info": [], "explanation": None, "status": "ok",
-               "error": None, "raw_output": res.text, "model": res.model, "prompt_version": req.prompt_version}
-        if res.error:
-            out.update(status="llm_error", error=res.error)
-        else:
-            obj, err = parse_json_object(res.text)
-            err = err or require_fields(obj, {"query": str, "clarifying_question": str, "missing_info": list})
-            if err:
-                out.update(status="parse_error", error=err)
-            else:
-                out.update(query=obj["query"].strip(), clarifying_question=obj["clarifying_question"].strip(),
-                           missing_info=[str(x).strip() for x in obj["missing_info"] if str(x).strip()],
-                           explanation=str(obj.get("explanation", "")).strip() or None)
-        rows.append(out)
+    for o in outcomes:
+        row, v = o.item, o.value
+        rows.append({
+            **row, "query_id": f"{row['subtype']}-{row['sample']:03d}",
+            "query": v.query.strip() if o.ok else None,
+            "clarifying_question": v.clarifying_question.strip() if o.ok else None,
+            "missing_info": [str(x).strip() for x in v.missing_info if str(x).strip()] if o.ok else [],
+            "explanation": (str(v.explanation).strip() or None) if o.ok else None,
+            **o.provenance(), "raw_output": o.raw_output or "",
+        })
     return pl.DataFrame(rows, schema_overrides={"missing_info": pl.List(pl.Utf8), "query": pl.Utf8,
                                                 "clarifying_question": pl.Utf8, "explanation": pl.Utf8,
                                                 "error": pl.Utf8, "raw_output": pl.Utf8})
 
 
-def rating_requests(rows: pl.DataFrame, subtypes: dict[str, Subtype]) -> list[ChatRequest]:
-    """Quality(q) of Eq. 7: a judge scores fluency, fit to the subtype and usefulness of the question."""
-    prompt = load_prompt("rate_single_turn")
-    return [
-        ChatRequest.of(prompt.messages(subtype_name=subtypes[r["subtype"]].name, query=r["query"],
-                                       definition=subtypes[r["subtype"]].definition,
-                                       clarifying_question=r["clarifying_question"]),
-                       prompt.version, RATING_SCHEMA, temperature=0.0, max_tokens=120)
-        for r in rows.iter_rows(named=True)
-    ]
+def rate(chat: Chat, rows: pl.DataFrame, subtypes: dict[str, Subtype]) -> pl.DataFrame:
+    """Quality(q) of Eq. 7, one row per input row: quality (1-5, null when unusable), reason, status, raw reply."""
+    outcomes = RATE.run(chat, rows.to_dicts(), lambda r: {
+        "subtype_name": subtypes[r["subtype"]].name, "query": r["query"],
+        "definition": subtypes[r["subtype"]].definition, "clarifying_question": r["clarifying_question"]})
+    return pl.DataFrame([{"quality": o.value.score if o.ok else None,
+                          "quality_reason": o.value.reason if o.ok else None,
+                          "quality_status": o.status.value, "quality_raw": o.raw_output or ""} for o in outcomes],
+                        schema=RATING_COLUMNS)
 
 
-def parse_ratings(results: list[ChatResult]) -> pl.DataFrame:
-    """quality (1-5, null when unusable), quality_reason, quality_status, quality_raw."""
-    out = []
-    for res in results:
-        obj, err = (None, res.error) if res.error else parse_json_object(res.text)
-        if obj is not None:
-            err = require_fields(obj, {"score": int})
-        score = obj["score"] if obj is not None and err is None and 1 <= obj["score"] <= 5 else None
-        if obj is not None and err is None and score is None:
-            err = f"score {obj['score']} outside 1-5"
-        out.append({"quality": score, "quality_reason": (obj or {}).get("reason") if score else None,
-                    "quality_status": "llm_error" if res.error else ("parse_error" if err else "ok"),
-                    "quality_raw": res.text})
-    return pl.DataFrame(out, schema={"quality": pl.Int64, "quality_reason": pl.Utf8, "quality_status": pl.Utf8,
-                                     "quality_raw": pl.Utf8})
+def single_turn_queries(chat: Chat, cfg: BenchmarkConfig, embed: Embed,
+                        seed: int = 0) -> tuple[pl.DataFrame, dict[str, int]]:
+    """Generate, rate and deduplicate (§4.1); every generated row stays, with the dedup summary for metadata.
+
+    `kept` is true for the representatives; others carry `dedup_reason` (exact / semantic) and
+    `duplicate_of`, or a non-ok `status` when the reply could not be used."""
+    chosen = [s for s in QUERY_SUBTYPES if cfg.subtypes is None or s.key in cfg.subtypes]
+    plan = generation_plan(chosen, cfg.n_per_subtype)
+    rows = generate(chat, plan, SUBTYPE_BY_KEY, cfg.generation_temperature, seed)
+    ok = rows.filter(pl.col("status") == "ok")
+    rated = ok.hstack(rate(chat, ok, SUBTYPE_BY_KEY))
+    dd = semantic_dedup(rated["query"].to_list(), rated["quality"].fill_null(0).to_list(), embed,
+                        cfg.dedup_tau, cfg.dedup_block)
+    ids = rated["query_id"]
+    rated = rated.with_columns(
+        kept=dd.table["kept"], dedup_reason=dd.table["dedup_reason"], similarity=dd.table["similarity"],
+        duplicate_of=pl.Series([ids[d] if d >= 0 else None for d in dd.table["duplicate_of"]], dtype=pl.Utf8),
+    )
+    out = pl.concat([rated, rows.filter(pl.col("status") != "ok").with_columns(kept=pl.lit(False))],
+                    how="diagonal_relaxed")
+    return out.with_columns(source=pl.lit("generated")).sort("query_id"), dd.summary()

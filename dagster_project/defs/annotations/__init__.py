@@ -1,1 +1,1 @@
-"""Group `annotations` (ClariLM §3.3.3-3.3.5, OFS): CoTAP, preference pairs, SFT / DPO exports for TRL.
+"""Group `annotations` (ClariLM §3.3.3-3.3.5): CoTAP annotations, preference pairs, SFT / DPO exports for TRL."""

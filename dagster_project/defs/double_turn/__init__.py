@@ -1,1 +1,1 @@
-"""Group `double_turn`: double-turn preference labelling and answer-set F1 evaluation (Zhang, Knox & Choi).
+"""Group `double_turn`: double-turn vs single-turn preference labels from simulated users, answer-set F1."""

@@ -1,1 +1,1 @@
-"""Group `evaluation`: methods x subject models on every dialogue turn, LLM judge, metric tables and the report.
+"""Group `evaluation` (ClarifyMT-Bench §5): subject models x methods on every dialogue turn, judge, metrics, report."""

@@ -1,1 +1,1 @@
-"""Group `intents`: intent classification with clarification (seed: "Scaling Intent Understanding").
+"""Group `intents`: intent classification with clarification (simulated conversations, SDRS, curation)."""

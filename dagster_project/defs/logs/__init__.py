@@ -1,1 +1,1 @@
-"""Group `logs` (ClariLM §3.2.1): chat logs -> one row per turn, the clarification prefilter, LLM extraction.
+"""Group `logs` (ClariLM FM-LOG step 1): chat logs by day, prefilter, LLM extraction of clarification exchanges."""

@@ -152,12 +152,18 @@ def _make_check(suite: Suite) -> dg.AssetChecksDefinition:
 
 
 def build_checks(keys: set[dg.AssetKey], folder: Path = SUITES_DIR) -> list[dg.AssetChecksDefinition]:
-    """One check per suite whose asset is among `keys`; the template suite once per `*_rejected` asset."""
-    suites = []
-    for suite in load_suites(folder):
-        if f"{suite.group}/{suite.asset}" == TEMPLATE:
-            suites += [dataclasses.replace(suite, group=k.path[0], asset=k.path[-1]) for k in sorted(keys)
-                       if k.path[-1].endswith("_rejected")]
-        elif dg.AssetKey([suite.group, suite.asset]) in keys:
-            suites.append(suite)
-    return [_make_check(s) for s in suites]
+    """One check per asset in `keys` that has a suite. Every `*_rejected` asset gets the template suite's
+    expectations, followed by those of its own suite if it has one."""
+    suites = {(s.group, s.asset): s for s in load_suites(folder)}
+    template = suites.pop(tuple(TEMPLATE.split("/")), None)
+    checks = []
+    for key in sorted(keys):
+        group, asset = key.path[0], key.path[-1]
+        own = suites.get((group, asset))
+        if template is not None and asset.endswith("_rejected"):
+            base = dataclasses.replace(template, group=group, asset=asset)
+            own = base if own is None else dataclasses.replace(
+                own, expectations=[*template.expectations, *own.expectations])
+        if own is not None:
+            checks.append(_make_check(own))
+    return checks

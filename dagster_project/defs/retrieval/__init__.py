@@ -1,1 +1,1 @@
-"""Group `retrieval`: single-turn clarification QA -> multi-turn sessions -> inferred queries -> BM25 + re-rankers
+"""Group `retrieval` (ClariMM): clarification QA -> multi-turn sessions -> inferred queries -> rankers -> metrics."""

@@ -10,71 +10,86 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from string import Template
+from typing import Annotated, Any
 
+from pydantic import Field
+
+from dagster_project.config import EvaluationConfig
 from dagster_project.core.clarifymt.agent.base import base_messages
-from dagster_project.core.clarifymt.agent.method import ChatFn, DialogueTurn, EmbedFn, MethodSettings, Prediction
-from dagster_project.llm.chat import ChatRequest
-from dagster_project.llm.parsing import parse_json_object, require_fields
-from dagster_project.llm.prompts import load_prompt
+from dagster_project.core.clarifymt.agent.method import (
+    DialogueTurn, Prediction, ask, failed_prediction, json_string, schema_required,
+)
+from dagster_project.core.shared.dedup import Embed
 from dagster_project.core.shared.taxonomy import SUBTYPES
+from dagster_project.llm.chat import Message
+from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Reply, Status
 
 METHOD = "at_cot"
-PROMPT = "evaluate_at_cot"
 TYPES = [s.key for s in SUBTYPES] + ["none"]
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "ambiguity_type": {"type": "string", "enum": TYPES},
-        "reasoning": {"type": "string", "maxLength": 240},
-        "decision": {"type": "string", "enum": ["clarify", "answer"]},
-        "response": {"type": "string", "minLength": 1, "maxLength": 240},
-    },
-    "required": ["ambiguity_type", "reasoning", "decision", "response"],
-}
+
+
+def _decision(value: Any, _: Any) -> str | None:
+    return None if value.decision in ("clarify", "answer") else f"decision {value.decision!r} is not clarify/answer"
+
+
+class ATCoTReply(Reply):
+    """Type first, then reasoning, then the decision and its text (reasoning is not checked)."""
+
+    model_config = schema_required("ambiguity_type", "reasoning", "decision", "response")
+
+    ambiguity_type: Annotated[NonEmpty, json_string(enum=TYPES)]
+    reasoning: Annotated[Any, json_string(maxLength=240)] = None
+    decision: Annotated[NonEmpty, json_string(enum=["clarify", "answer"])]
+    response: NonEmpty = Field(json_schema_extra={"minLength": 1, "maxLength": 240})
+
+
+AT_COT = LLMTask("evaluate_at_cot", role="subject", reply=ATCoTReply, check=_decision,
+                 sampling={"temperature": 0.0})
+SCHEMA = AT_COT.schema
 
 
 def taxonomy_lines() -> str:
+    """One '- key: definition' line per subtype (the $taxonomy of the system prompt)."""
     return "\n".join(f"- {s.key}: {s.definition}" for s in SUBTYPES)
 
 
-def at_cot_messages(history: list) -> list:
-    msgs = base_messages(history, PROMPT)
-    system = Template(load_prompt(PROMPT).system).substitute(taxonomy=taxonomy_lines()).strip()
+def at_cot_messages(history: Sequence[Message]) -> list[Message]:
+    """The base layout with the AT-CoT system prompt, its taxonomy filled in."""
+    msgs = base_messages(history, AT_COT)
+    system = Template(AT_COT.template.system).substitute(taxonomy=taxonomy_lines()).strip()
     return [{"role": "system", "content": system}, *msgs[1:]]
 
 
-def parse_at_cot(text: str) -> tuple[Prediction, dict]:
-    obj, err = parse_json_object(text)
-    if not err:
-        err = require_fields(obj, {"ambiguity_type": str, "decision": str, "response": str})
-    if not err and obj["decision"] not in ("clarify", "answer"):
-        err = f"decision {obj['decision']!r} is not clarify/answer"
-    if err:
-        return Prediction("invalid", None, "parse_error", err, text), {}
-    trace = {"ambiguity_type": obj["ambiguity_type"], "reasoning": obj.get("reasoning")}
-    return Prediction(obj["decision"], obj["response"].strip(), "ok", None, text), trace
+def parse_at_cot(text: str) -> tuple[Prediction, dict[str, Any]]:
+    """(prediction, trace {ambiguity_type, reasoning}) of one reply; an unusable reply is a parse_error."""
+    parsed = AT_COT.parse(text)
+    if parsed.value is None:
+        return Prediction("invalid", None, Status.PARSE_ERROR.value, parsed.error, text), {}
+    v = parsed.value
+    trace = {"ambiguity_type": v.ambiguity_type, "reasoning": v.reasoning}
+    return Prediction(v.decision, v.response.strip(), Status.OK.value, None, text), trace
 
 
 class ATCoT:
+    """Name the remaining ambiguity type, then ask or answer (one greedy JSON reply per turn)."""
+
     name = METHOD
     calls_per_turn = 1
 
-    def __init__(self, settings: MethodSettings):
-        self.settings = settings
+    def __init__(self, cfg: EvaluationConfig, role: str = "subject"):
+        self.cfg, self.role = cfg, role
 
-    def predict(self, turns: Sequence[DialogueTurn], chat: ChatFn, embed: EmbedFn | None = None) -> list[Prediction]:
-        version = load_prompt(PROMPT).version
-        reqs = [ChatRequest.of(at_cot_messages(list(t.history)), version, SCHEMA, temperature=0.0,
-                               max_tokens=self.settings.reasoning_max_tokens) for t in turns]
-        results = chat(reqs) if reqs else []
+    def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:
+        answers = ask(chat, self.role, [(t, AT_COT, at_cot_messages(t.history)) for t in turns],
+                      max_tokens=self.cfg.reasoning_max_tokens)
         out = []
-        for res in results:
-            if res.error:
-                p, trace = Prediction(raw_output=res.text or None), {}
-                p.fail_llm(res.error)
-            else:
-                p, trace = parse_at_cot(res.text)
-            p.trace, p.prompt_version = trace, version
-            p.charge(res)
+        for a in answers:
+            if a.result.error:
+                out.append(failed_prediction(a))
+                continue
+            p, trace = parse_at_cot(a.result.text)
+            p.trace = trace
+            p.prompt_version = a.first.prompt_version
+            p.charge(a.result)
             out.append(p)
         return out

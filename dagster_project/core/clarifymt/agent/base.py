@@ -7,32 +7,32 @@ from string import Template
 
 import polars as pl
 
-from dagster_project.core.clarifymt.agent.method import (
-    ChatFn, DialogueTurn, EmbedFn, MethodSettings, Prediction, protocol_prediction,
-)
+from dagster_project.config import EvaluationConfig
+from dagster_project.core.clarifymt.agent.method import DialogueTurn, Prediction, ask, protocol_prediction
+from dagster_project.core.shared.dedup import Embed
 from dagster_project.llm.chat import ChatRequest, ChatResult, Message
 from dagster_project.llm.protocol import parse_decision
-from dagster_project.llm.prompts import load_prompt
+from dagster_project.llm.task import Chat, LLMTask, Status
 
 METHOD = "base"
-CALLS_PER_TURN = 1
+BASE = LLMTask("evaluate_base", role="subject", sampling={"temperature": 0.0})
 
 
-def base_messages(history: list[Message], prompt_name: str = "evaluate_base") -> list[Message]:
+def base_messages(history: Sequence[Message], task: LLMTask = BASE) -> list[Message]:
     """System instruction + the dialogue so far; the latest user message carries the protocol reminder.
 
-    Other single-prompt methods (CoT, AT-CoT, Intent-Sim) reuse this layout with their own template,
+    Other single-prompt methods (CoT, AT-CoT, Intent-Sim) reuse this layout with their own task's template,
     whose user part wraps the latest message as ``$message``.
     """
-    prompt = load_prompt(prompt_name)
+    prompt = task.template
     *earlier, last = history
     last_user = Template(prompt.user).substitute(message=last["content"]).strip()
     return [{"role": "system", "content": prompt.system.strip()}, *earlier, {"role": "user", "content": last_user}]
 
 
 def base_requests(histories: list[list[Message]], max_tokens: int) -> list[ChatRequest]:
-    version = load_prompt("evaluate_base").version
-    return [ChatRequest.of(base_messages(h), version, temperature=0.0, max_tokens=max_tokens) for h in histories]
+    """One greedy base-prompt request per dialogue history."""
+    return [BASE.request(base_messages(h), max_tokens=max_tokens) for h in histories]
 
 
 def parse_predictions(results: list[ChatResult]) -> pl.DataFrame:
@@ -40,11 +40,13 @@ def parse_predictions(results: list[ChatResult]) -> pl.DataFrame:
     rows = []
     for res in results:
         d = parse_decision(res.text) if not res.error else None
+        status = Status.LLM_ERROR if d is None else (Status.PARSE_ERROR if d.action == "invalid" else Status.OK)
         rows.append({
             "action": d.action if d else "invalid",
             "response": d.text if d else None,
-            "status": "llm_error" if res.error else ("parse_error" if d.action == "invalid" else "ok"),
-            "error": res.error or (None if d.action != "invalid" else "reply does not start with a protocol prefix"),
+            "status": status.value,
+            "error": res.error or ("reply does not start with a protocol prefix" if status is Status.PARSE_ERROR
+                                   else None),
             "raw_output": res.text, "model": res.model, "latency_s": res.latency_s, "cached": res.cached,
             "tokens_in": res.tokens_in, "tokens_out": res.tokens_out,
         })
@@ -55,12 +57,11 @@ class BaseMethod:
     """The plain prompt (greedy): one call per turn, the reply parsed with the response-prefix protocol."""
 
     name = METHOD
-    calls_per_turn = CALLS_PER_TURN
+    calls_per_turn = 1
 
-    def __init__(self, settings: MethodSettings):
-        self.settings = settings
+    def __init__(self, cfg: EvaluationConfig, role: str = "subject"):
+        self.cfg, self.role = cfg, role
 
-    def predict(self, turns: Sequence[DialogueTurn], chat: ChatFn, embed: EmbedFn | None = None) -> list[Prediction]:
-        reqs = base_requests([list(t.history) for t in turns], self.settings.max_tokens)
-        results = chat(reqs) if reqs else []
-        return [protocol_prediction(r, q.prompt_version) for q, r in zip(reqs, results, strict=True)]
+    def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:
+        jobs = [(t, BASE, base_messages(t.history)) for t in turns]
+        return [protocol_prediction(a) for a in ask(chat, self.role, jobs, max_tokens=self.cfg.subject_max_tokens)]

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dagster_project.config import EvaluationConfig
 from dagster_project.core.clarifymt.agent.base import base_messages
 from dagster_project.core.clarifymt.agent.method import (
-    ChatFn, DialogueTurn, EmbedFn, MethodSettings, Prediction, decision_prediction,
+    DialogueTurn, Prediction, ask, decision_prediction, failed_prediction,
 )
-from dagster_project.llm.chat import ChatRequest
+from dagster_project.core.shared.dedup import Embed
 from dagster_project.llm.protocol import Decision, parse_decision
-from dagster_project.llm.prompts import load_prompt
+from dagster_project.llm.task import Chat, LLMTask
 
 METHOD = "cot"
-PROMPT = "evaluate_cot"
+COT = LLMTask("evaluate_cot", role="subject", sampling={"temperature": 0.0})
 
 
 def final_decision(text: str | None) -> tuple[Decision, str]:
@@ -34,29 +35,28 @@ def final_decision(text: str | None) -> tuple[Decision, str]:
 
 
 class ChainOfThought:
+    """Greedy step-by-step reasoning; the last protocol line decides."""
+
     name = METHOD
     calls_per_turn = 1
 
-    def __init__(self, settings: MethodSettings):
-        self.settings = settings
+    def __init__(self, cfg: EvaluationConfig, role: str = "subject"):
+        self.cfg, self.role = cfg, role
 
-    def predict(self, turns: Sequence[DialogueTurn], chat: ChatFn, embed: EmbedFn | None = None) -> list[Prediction]:
-        version = load_prompt(PROMPT).version
-        reqs = [ChatRequest.of(base_messages(list(t.history), PROMPT), version, temperature=0.0,
-                               max_tokens=self.settings.reasoning_max_tokens) for t in turns]
-        results = chat(reqs) if reqs else []
+    def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:
+        answers = ask(chat, self.role, [(t, COT, base_messages(t.history, COT)) for t in turns],
+                      max_tokens=self.cfg.reasoning_max_tokens)
         out = []
-        for res in results:
-            if res.error:
-                p = Prediction(raw_output=res.text or None)
-                p.fail_llm(res.error)
-            else:
-                decision, reasoning = final_decision(res.text)
-                p = decision_prediction(decision, res.text)
-                if decision.action == "invalid":
-                    p.error = "no final line starts with a protocol prefix"
-                p.trace = {"reasoning": reasoning}
-            p.prompt_version = version
-            p.charge(res)
+        for a in answers:
+            if a.result.error:
+                out.append(failed_prediction(a))
+                continue
+            decision, reasoning = final_decision(a.first.value)
+            p = decision_prediction(decision, a.first.value)
+            if decision.action == "invalid":
+                p.error = "no final line starts with a protocol prefix"
+            p.trace = {"reasoning": reasoning}
+            p.prompt_version = a.first.prompt_version
+            p.charge(a.result)
             out.append(p)
         return out

@@ -9,25 +9,27 @@ JSON is unusable are left out; with fewer than two usable interpretations the tu
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Annotated
 
 import numpy as np
 
+from dagster_project.config import EvaluationConfig
 from dagster_project.core.clarifymt.agent.base import base_messages
-from dagster_project.core.clarifymt.agent.method import ChatFn, DialogueTurn, EmbedFn, MethodSettings, Prediction
-from dagster_project.llm.chat import ChatRequest
-from dagster_project.llm.parsing import parse_json_object, require_fields
-from dagster_project.llm.prompts import load_prompt
+from dagster_project.core.clarifymt.agent.method import DialogueTurn, Prediction, ask, json_string
+from dagster_project.core.shared.dedup import Embed
+from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Reply, Status
 
 METHOD = "intent_sim"
-PROMPT = "evaluate_intent_sim"
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "interpretation": {"type": "string", "minLength": 3, "maxLength": 200},
-        "clarifying_question": {"type": "string", "minLength": 3, "maxLength": 200},
-    },
-    "required": ["interpretation", "clarifying_question"],
-}
+
+
+class Interpretation(Reply):
+    """One sampled reading of the request and the question that would settle it."""
+
+    interpretation: Annotated[NonEmpty, json_string(minLength=3, maxLength=200)]
+    clarifying_question: Annotated[NonEmpty, json_string(minLength=3, maxLength=200)]
+
+
+INTENT_SIM = LLMTask("evaluate_intent_sim", role="subject", reply=Interpretation)
 
 
 def mean_pairwise_similarity(vectors: np.ndarray) -> float:
@@ -54,55 +56,51 @@ def intent_decision(similarity: float, tau: float) -> str:
 
 
 class IntentSim:
+    """k sampled interpretations per turn; low mean similarity asks, high similarity answers with the medoid."""
+
     name = METHOD
 
-    def __init__(self, settings: MethodSettings):
-        self.settings = settings
-        self.calls_per_turn = settings.intent_k
+    def __init__(self, cfg: EvaluationConfig, role: str = "subject"):
+        self.cfg, self.role = cfg, role
+        self.calls_per_turn = cfg.intent_k
 
-    def predict(self, turns: Sequence[DialogueTurn], chat: ChatFn, embed: EmbedFn | None = None) -> list[Prediction]:
+    def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:
         if embed is None:
             raise ValueError("intent_sim needs a sentence encoder (embed)")
-        s = self.settings
-        version = load_prompt(PROMPT).version
-        reqs = [ChatRequest.of(base_messages(list(t.history), PROMPT), version, SCHEMA,
-                               temperature=s.intent_temperature, max_tokens=s.agent_max_tokens, seed=s.seed,
-                               n=s.intent_k) for t in turns]
-        results = chat(reqs) if reqs else []
+        c = self.cfg
+        answers = ask(chat, self.role, [(t, INTENT_SIM, base_messages(t.history, INTENT_SIM)) for t in turns],
+                      temperature=c.intent_temperature, max_tokens=c.agent_max_tokens, seed=c.sample_seed,
+                      n=c.intent_k)
         preds: list[Prediction] = []
-        samples: list[list[dict]] = []
-        for res in results:
-            p = Prediction(prompt_version=version, raw_output="\n".join(res.texts))
-            p.charge(res)
-            good = []
-            if res.error:
-                p.fail_llm(res.error)
-            else:
-                for text in res.texts:
-                    obj, err = parse_json_object(text)
-                    if not err and not require_fields(obj, {"interpretation": str, "clarifying_question": str}):
-                        good.append({"interpretation": obj["interpretation"].strip(),
-                                     "clarifying_question": obj["clarifying_question"].strip()})
-                if len(good) < 2:
-                    p.status, p.error = "parse_error", f"{len(good)} of {len(res.texts)} samples usable (need 2)"
+        samples: list[list[Interpretation]] = []
+        for a in answers:
+            p = Prediction(prompt_version=a.first.prompt_version, raw_output="\n".join(a.result.texts))
+            p.charge(a.result)
+            good = [o.value for o in a.outcomes if o.ok]
+            if a.result.error:
+                p.fail_llm(a.result.error)
+            elif len(good) < 2:
+                p.status = Status.PARSE_ERROR.value
+                p.error = f"{len(good)} of {len(a.result.texts)} samples usable (need 2)"
             preds.append(p)
             samples.append(good)
         # one encoder call for every usable interpretation of every turn
-        flat = [g["interpretation"] for p, ss in zip(preds, samples) if p.status == "ok" for g in ss]
+        flat = [g.interpretation.strip() for p, ss in zip(preds, samples) if p.status == Status.OK for g in ss]
         vectors = embed(flat) if flat else np.zeros((0, 1))
         start = 0
         for p, ss in zip(preds, samples):
-            if p.status != "ok":
-                p.trace = {"interpretations": [g["interpretation"] for g in ss]}
+            texts = [g.interpretation.strip() for g in ss]
+            if p.status != Status.OK:
+                p.trace = {"interpretations": texts}
                 continue
             v = vectors[start:start + len(ss)]
             start += len(ss)
             sim = mean_pairwise_similarity(v)
-            p.action = intent_decision(sim, s.intent_tau)
+            p.action = intent_decision(sim, c.intent_tau)
             if p.action == "clarify":
-                p.response = ss[0]["clarifying_question"]
+                p.response = ss[0].clarifying_question.strip()
             else:
-                p.response = f"Assuming you mean: {ss[medoid(v)]['interpretation']}"
-            p.trace = {"interpretations": [g["interpretation"] for g in ss], "similarity": round(sim, 4),
-                       "tau": s.intent_tau, "usable_samples": len(ss)}
+                p.response = f"Assuming you mean: {texts[medoid(v)]}"
+            p.trace = {"interpretations": texts, "similarity": round(sim, 4), "tau": c.intent_tau,
+                       "usable_samples": len(ss)}
         return preds

@@ -12,11 +12,12 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 
-from dagster_project.core.clarifymt.agent.base import base_messages
-from dagster_project.core.clarifymt.agent.method import ChatFn, DialogueTurn, EmbedFn, MethodSettings, Prediction
-from dagster_project.llm.chat import ChatRequest
+from dagster_project.config import EvaluationConfig
+from dagster_project.core.clarifymt.agent.base import BASE, base_messages
+from dagster_project.core.clarifymt.agent.method import DialogueTurn, Prediction, ask
+from dagster_project.core.shared.dedup import Embed
 from dagster_project.llm.protocol import parse_decision
-from dagster_project.llm.prompts import load_prompt
+from dagster_project.llm.task import Chat, Status
 
 METHOD = "majority_vote"
 TIE_BREAK = "clarify"
@@ -35,35 +36,37 @@ def majority_action(actions: Sequence[str]) -> tuple[str, dict[str, int]]:
 
 
 class MajorityVote:
+    """k sampled base-prompt replies per turn; the majority action and its first text win."""
+
     name = METHOD
 
-    def __init__(self, settings: MethodSettings):
-        self.settings = settings
-        self.calls_per_turn = settings.vote_k
+    def __init__(self, cfg: EvaluationConfig, role: str = "subject"):
+        self.cfg, self.role = cfg, role
+        self.calls_per_turn = cfg.vote_k
 
-    def predict(self, turns: Sequence[DialogueTurn], chat: ChatFn, embed: EmbedFn | None = None) -> list[Prediction]:
-        s = self.settings
-        version = load_prompt("evaluate_base").version
-        reqs = [ChatRequest.of(base_messages(list(t.history)), version, temperature=s.vote_temperature,
-                               max_tokens=s.max_tokens, seed=s.seed, n=s.vote_k) for t in turns]
-        results = chat(reqs) if reqs else []
+    def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:
+        c = self.cfg
+        answers = ask(chat, self.role, [(t, BASE, base_messages(t.history)) for t in turns],
+                      temperature=c.vote_temperature, max_tokens=c.subject_max_tokens, seed=c.sample_seed,
+                      n=c.vote_k)
         out = []
-        for res in results:
-            p = Prediction(prompt_version=version, raw_output=json.dumps(res.texts, ensure_ascii=False))
-            p.charge(res)
-            if res.error:
-                p.fail_llm(res.error)
+        for a in answers:
+            p = Prediction(prompt_version=a.first.prompt_version,
+                           raw_output=json.dumps(a.result.texts, ensure_ascii=False))
+            p.charge(a.result)
+            if a.result.error:
+                p.fail_llm(a.result.error)
                 out.append(p)
                 continue
-            decisions = [parse_decision(t) for t in res.texts]
+            decisions = [parse_decision(o.value) for o in a.outcomes]
             action, votes = majority_action([d.action for d in decisions])
             p.trace = {"votes": votes, "sample_actions": [d.action for d in decisions],
                        "tie": votes["clarify"] == votes["answer"] and action != "invalid"}
             if action == "invalid":
-                p.status, p.error = "parse_error", f"none of the {len(decisions)} samples follows the protocol"
+                p.status = Status.PARSE_ERROR.value
+                p.error = f"none of the {len(decisions)} samples follows the protocol"
             else:
                 p.action = action
-                p.response = next(d.text for d in decisions if d.action == action) if any(
-                    d.action == action for d in decisions) else None
+                p.response = next((d.text for d in decisions if d.action == action), None)
             out.append(p)
         return out

@@ -1,28 +1,25 @@
 """The one interface every ask-or-answer method shares: dialogue turns in, decisions + text + trace out.
 
-A method is an object with a ``name``, the LLM ``calls_per_turn`` it spends, and
-``predict(turns, chat, embed) -> list[Prediction]`` (one per turn, same order). ``chat`` sends a whole
-batch of requests to the subject model (``llm.chat("subject:<name>", ...)`` in the Dagster layer), so
-methods stay batch-first: each LLM step of a method is one call covering every turn it can serve.
-Nothing here talks to a model or a file.
+A method is an object with a ``name``, the LLM ``calls_per_turn`` it spends, the subject ``role`` it
+asks (``subject:<name>``), and ``predict(turns, chat, embed) -> list[Prediction]`` (one per turn, same
+order). ``chat(role, requests)`` sends a whole batch to the model, so methods stay batch-first: each LLM
+step of a method is one call covering every turn it can serve. Nothing here talks to a model or a file.
 """
 
 from __future__ import annotations
 
 import json
-import random
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
 import polars as pl
+from pydantic import ConfigDict, WithJsonSchema
 
-from dagster_project.llm.chat import ChatRequest, ChatResult, Message
+from dagster_project.core.shared.dedup import Embed
+from dagster_project.llm.chat import ChatResult, Message
 from dagster_project.llm.protocol import Decision, parse_decision
-
-ChatFn = Callable[[list[ChatRequest]], list[ChatResult]]
-EmbedFn = Callable[[list[str]], np.ndarray]
+from dagster_project.llm.task import Chat, LLMTask, Outcome, Status
 
 
 @dataclass(frozen=True)
@@ -34,28 +31,13 @@ class DialogueTurn:
     history: tuple[Message, ...]
 
 
-@dataclass(frozen=True)
-class MethodSettings:
-    """The knobs methods read (from params.yaml: evaluation)."""
-
-    max_tokens: int = 64
-    reasoning_max_tokens: int = 192
-    agent_max_tokens: int = 160
-    vote_k: int = 5
-    vote_temperature: float = 0.7
-    intent_k: int = 5
-    intent_temperature: float = 0.7
-    intent_tau: float = 0.5
-    seed: int = 0
-
-
 @dataclass
 class Prediction:
     """A method's decision on one turn, with everything needed to see why and what it cost."""
 
     action: str = "invalid"  # clarify | answer | invalid
     response: str | None = None  # the question or the answer, without the protocol prefix
-    status: str = "ok"  # ok | parse_error | llm_error
+    status: str = Status.OK.value  # ok | parse_error | llm_error
     error: str | None = None
     raw_output: str | None = None
     trace: dict[str, Any] = field(default_factory=dict)
@@ -69,7 +51,7 @@ class Prediction:
     agent: dict[str, Any] = field(default_factory=dict)  # ClarifyAgent columns (slots, persona, RSC, plan)
 
     def charge(self, result: ChatResult) -> None:
-        """Add one reply's usage to this turn's bill."""
+        """Add one reply's usage to this turn's row (the table's per-turn cost columns)."""
         self.llm_calls += max(len(result.texts), 1)
         self.cache_hits += result.cache_hits
         self.tokens_in += result.tokens_in
@@ -78,36 +60,84 @@ class Prediction:
         self.model = self.model or result.model
 
     def fail_llm(self, error: str) -> None:
-        self.action, self.status, self.error = "invalid", "llm_error", error
+        """The model gave no answer: the turn is invalid with status llm_error."""
+        self.action, self.status, self.error = "invalid", Status.LLM_ERROR.value, error
 
 
 class Method(Protocol):
     name: str
     calls_per_turn: int
+    role: str
 
-    def predict(self, turns: Sequence[DialogueTurn], chat: ChatFn,
-                embed: EmbedFn | None = None) -> list[Prediction]: ...
+    def predict(self, turns: Sequence[DialogueTurn], chat: Chat,
+                embed: Embed | None = None) -> list[Prediction]: ...
 
+
+# --------------------------------------------------------------------------- asking the subject model
+
+@dataclass(frozen=True)
+class Answer:
+    """One request of a batch: the item it was built for, the backend's result and the task's parsed samples."""
+
+    item: Any
+    result: ChatResult
+    outcomes: list[Outcome[Any, Any]]
+
+    @property
+    def first(self) -> Outcome[Any, Any]:
+        return self.outcomes[0]
+
+
+def ask(chat: Chat, role: str, jobs: Sequence[tuple[Any, LLMTask[Any], Mapping[str, Any] | list[Message]]],
+        **sampling: Any) -> list[Answer]:
+    """One batch for every (item, task, values-or-messages) job; answers in job order (none sent for no jobs).
+
+    Unlike `LLMTask.run` it keeps each ChatResult (the per-turn cost columns) and mixes tasks in one batch."""
+    requests = [task.request(values, **sampling) for _, task, values in jobs]
+    results = chat(role, requests) if requests else []
+    return [Answer(item, res, task.outcomes(item, req, res))
+            for (item, task, _), req, res in zip(jobs, requests, results, strict=True)]
+
+
+def json_string(**schema: Any) -> WithJsonSchema:
+    """A string field's exact schema (e.g. minLength, enum) for the grammar; validation stays the field's own."""
+    return WithJsonSchema({"type": "string", **schema})
+
+
+def schema_required(*names: str) -> ConfigDict:
+    """Reply config whose schema requires `names` even where validation tolerates a missing field."""
+    return ConfigDict(strict=True, extra="ignore", json_schema_extra={"required": list(names)})
+
+
+# --------------------------------------------------------------------------- the response-prefix protocol
 
 def decision_prediction(decision: Decision, raw: str) -> Prediction:
     """A Prediction from a protocol-parsed reply: invalid replies are parse_error rows, kept raw."""
     if decision.action == "invalid":
-        return Prediction("invalid", decision.text or None, "parse_error",
+        return Prediction("invalid", decision.text or None, Status.PARSE_ERROR.value,
                           "reply does not start with a protocol prefix", raw)
-    return Prediction(decision.action, decision.text, "ok", None, raw)
+    return Prediction(decision.action, decision.text, Status.OK.value, None, raw)
 
 
-def protocol_prediction(result: ChatResult, prompt_version: str) -> Prediction:
-    """The base protocol on one reply (shared by the base prompt and CoT's final line)."""
-    if result.error:
-        p = Prediction(raw_output=result.text or None, prompt_version=prompt_version)
-        p.fail_llm(result.error)
-    else:
-        p = decision_prediction(parse_decision(result.text), result.text)
-        p.prompt_version = prompt_version
-    p.charge(result)
+def failed_prediction(answer: Answer) -> Prediction:
+    """The row of a turn whose request failed (llm_error), with its usage."""
+    p = Prediction(raw_output=answer.result.text or None, prompt_version=answer.first.prompt_version)
+    p.fail_llm(answer.result.error or "")
+    p.charge(answer.result)
     return p
 
+
+def protocol_prediction(answer: Answer) -> Prediction:
+    """The base protocol on one free-text reply (the base prompt)."""
+    if answer.result.error:
+        return failed_prediction(answer)
+    p = decision_prediction(parse_decision(answer.result.text), answer.result.text)
+    p.prompt_version = answer.first.prompt_version
+    p.charge(answer.result)
+    return p
+
+
+# --------------------------------------------------------------------------- tables
 
 AGENT_COLUMNS = {
     "slots": pl.Utf8, "rsc": pl.Boolean, "persona_forecast": pl.Utf8, "target_slot": pl.Utf8,
@@ -153,33 +183,3 @@ def transcript(history: Sequence[Message]) -> str:
     names = {"user": "User", "assistant": "Assistant"}
     return "\n".join(f"{names.get(m['role'], m['role'])}: {m['content']}" for m in history
                      if m["role"] in names)
-
-
-# --------------------------------------------------------------------------- which dialogues are evaluated
-
-def sample_dialogues(dialogues: pl.DataFrame, max_dialogues: int | None, seed: int,
-                     persona_order: Sequence[str] = ()) -> list[str]:
-    """Dialogue ids to evaluate: all of them, or ``max_dialogues`` spread evenly over personas.
-
-    ``dialogues`` has one row per dialogue (dialogue_id, persona). The ids are shuffled with ``seed``,
-    then taken round-robin across personas (in ``persona_order``, unknown/None last), so a sample of 6
-    from the benchmark holds one dialogue per persona. The same ids are used for every method and
-    subject, which keeps method comparisons paired.
-    """
-    ids = sorted(dialogues["dialogue_id"].unique().to_list())
-    if max_dialogues is None or max_dialogues >= len(ids):
-        return ids
-    persona_of = dict(dialogues.select("dialogue_id", "persona").iter_rows())
-    rng = random.Random(seed)
-    rng.shuffle(ids)
-    rank = {p: i for i, p in enumerate(persona_order)}
-    groups: dict[Any, list[str]] = {}
-    for d in ids:
-        groups.setdefault(persona_of.get(d), []).append(d)
-    order = sorted(groups, key=lambda p: (p not in rank, rank.get(p, 0), str(p)))
-    picked: list[str] = []
-    while len(picked) < max_dialogues:
-        for p in order:
-            if groups[p] and len(picked) < max_dialogues:
-                picked.append(groups[p].pop(0))
-    return sorted(picked)

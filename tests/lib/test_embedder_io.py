@@ -1,11 +1,12 @@
-"""EmbedderResource (resources/embedder.py): the parts that need no model weights."""
+"""EmbedderResource (lib/embedder.py): the parts that need no model weights."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from dagster_project.resources import embedder
+from dagster_project.lib import embedder
+from dagster_project.lib.resources import EmbedderResource
 
 
 def test_empty_input_needs_no_model(monkeypatch):
@@ -13,7 +14,7 @@ def test_empty_input_needs_no_model(monkeypatch):
         raise AssertionError("the encoder must not be loaded for an empty batch")
 
     monkeypatch.setattr(embedder, "load_encoder", no_model)
-    out = embedder.EmbedderResource().encode([])
+    out = EmbedderResource().encode([])
     assert isinstance(out, np.ndarray)
     assert out.shape == (0, 384) and out.dtype == np.float32
 
@@ -31,7 +32,7 @@ def test_resource_passes_model_and_batch_size(monkeypatch):
         return FakeEncoder()
 
     monkeypatch.setattr(embedder, "load_encoder", fake_load)
-    out = embedder.EmbedderResource(model="/models/local-minilm", batch_size=7).encode(("a", "b"))
+    out = EmbedderResource(model="/models/local-minilm", batch_size=7).encode(("a", "b"))
     assert out.shape == (2, 384)
     assert calls == ["/models/local-minilm", (["a", "b"], 7, True, False)]
 

@@ -1,4 +1,4 @@
-"""LLMCache (resources/llm_cache.py) and its keys: no secrets in the file, WAL, all-or-nothing batches."""
+"""LLMCache (llm/cache.py) and its keys: no secrets in the file, WAL, all-or-nothing batches."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""clarify plan's planning client (resources/llm_plan.py) and the openai backend's Retry-After parsing."""
+"""clarify plan's planning client (llm/plan.py) and the openai backend's Retry-After parsing."""
 
 import json
 import random
@@ -12,8 +12,9 @@ from dagster_project.core.clarifymt.benchmark import GENERATION_SCHEMA, RATING_S
 from dagster_project.llm.chat import ChatRequest, sample_cache_key
 from dagster_project.config import parse_params
 from dagster_project.core.clarifymt.simulation import THREE_TURN_SCHEMA, TWO_TURN_SCHEMA
-from dagster_project.llm.client import LLMClient, retry_after_s
-from dagster_project.llm.plan import PlanningClient, merge_plans, placeholder
+from dagster_project.llm.backends.openai import retry_after_s
+from dagster_project.llm.client import LLMClient
+from dagster_project.llm.plan import Planner, placeholder
 
 
 @pytest.mark.parametrize("schema", [GENERATION_SCHEMA, RATING_SCHEMA, TWO_TURN_SCHEMA, THREE_TURN_SCHEMA,
@@ -45,12 +46,13 @@ def test_planning_client_counts_cached_and_new_calls_without_a_backend(tmp_path)
     key = sample_cache_key(cfg.role("judge").identity(), reqs[1], real.resolve(cfg.role("judge"), reqs[1]), 0)
     real.cache.put_many([(key, "m", "cached reply", 12, 3)])
 
-    plan = PlanningClient(cfg)
-    out = plan.chat("judge", reqs)
+    planner = Planner()
+    out = LLMClient(cfg, dry_run=planner).chat("judge", reqs, tag="benchmark/x")
     assert json.loads(out[0].texts[0])["score"] == 5  # the highest rating: downstream filters keep the row
     jsonschema.validate(json.loads(out[0].texts[1]), RATING_SCHEMA)
     assert out[1].text == "cached reply" and out[1].cached
-    [p] = merge_plans([plan])
+    [p] = planner.summary()
+    assert p.assets == {"benchmark/x"}
     assert (p.role, p.backend, p.requests, p.samples, p.cached_samples, p.new_samples) == ("judge", "openai", 2, 3, 1, 2)
     assert p.est_tokens_in == 2 * (400 // 4 + 4)
     assert p.max_tokens_out == 2 * 50

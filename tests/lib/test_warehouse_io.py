@@ -1,4 +1,4 @@
-"""Parquet + DuckDB warehouse (resources/warehouse.py): atomic writes, relative views, read-only access."""
+"""Parquet + DuckDB warehouse (lib/warehouse.py): atomic writes, relative views, read-only access."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from dagster_project.config import parse_params
-from dagster_project.defs.quality.checks import SUITES_DIR, load_suite, load_suites, validate_frame
+from dagster_project.defs.quality.checks import SUITES_DIR, build_checks, load_suite, load_suites, validate_frame
 
 PARAMS = parse_params({})
 
@@ -50,9 +50,9 @@ def failed(meta: dict) -> list[str]:
 
 
 def test_every_repo_suite_loads(suites):
-    files = sorted(SUITES_DIR.glob("*.yaml"))
+    files = sorted(f for f in SUITES_DIR.glob("*.yaml") if not f.name.startswith("_"))
     assert len(files) >= 4
-    assert len(suites) == len(files)
+    assert len(suites) == len(files) + 1  # + the `*_rejected` template
     for f in files:
         group, asset = f.stem.split(".", 1)
         suite = suites[f"{group}/{asset}"]  # the file name matches the asset it declares
@@ -139,3 +139,21 @@ def test_malformed_suite_names_file(tmp_path):
     assert (suite.group, suite.asset, suite.blocking) == ("grp", "ok", False)
     with pytest.raises(ValueError, match="broken.yaml"):
         load_suites(tmp_path)
+
+
+def test_rejected_template_covers_every_quarantine_table():
+    """Every `*_rejected` asset of the graph gets the template's expectations (its own suite's follow them)."""
+    from dagster_project.definitions import defs
+    from dagster_project.io.records import Quarantine
+
+    keys = {k for a in defs.assets for k in a.keys}
+    rejected = sorted(k for k in keys if k.path[-1].endswith("_rejected"))
+    checks = {ck.asset_key: c for c in build_checks(keys) for ck in c.check_keys}
+    assert rejected and all(k in checks for k in rejected)
+    template = load_suite(SUITES_DIR / "_rejected.yaml")
+    q = Quarantine()
+    q.add("in.jsonl", 3, "invalid_json: Expecting value", raw="{oops")
+    ok, meta = validate_frame(q.frame(), template, PARAMS)
+    assert ok, meta
+    ok, meta = validate_frame(q.frame().rename({"file": "source"}), template, PARAMS)
+    assert not ok

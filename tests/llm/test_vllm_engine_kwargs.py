@@ -1,6 +1,6 @@
 """vllm_engine_kwargs: float32 on CPUs without native bfloat16 (no vLLM import needed: on_cpu is given)."""
 
-from dagster_project.llm.client import cpu_lacks_bf16, vllm_engine_kwargs
+from dagster_project.llm.backends.vllm import cpu_lacks_bf16, vllm_engine_kwargs
 
 AVX2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n"
 SAPPHIRE = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16\n"

@@ -1,4 +1,4 @@
-"""LLMClient (resources/llm.py): order, cache, partial samples, errors, roles, usage, resume.
+"""LLMClient (llm/client.py): order, cache, partial samples, errors, roles, usage, resume.
 
 Every backend here is tests/fakes.ScriptedBackend (or a tiny variant): no model, no network.
 """
@@ -12,7 +12,8 @@ import pytest
 
 from dagster_project.llm.chat import ChatRequest, sample_cache_key
 from dagster_project.config import parse_params
-from dagster_project.llm.client import JobOutput, LLMClient
+from dagster_project.llm.backends.base import JobOutput
+from dagster_project.llm.client import LLMClient
 from dagster_project.llm.cache import LLMCache
 from fakes import ScriptedBackend  # tests/fakes.py, on sys.path via tests/conftest.py
 

@@ -3,8 +3,7 @@
 import yaml
 from typer.testing import CliRunner
 
-from dagster_project.cli import app
-from dagster_project.resources import llm_plan
+from dagster_project.cli import app, plan_group
 from dagster_project.llm.cache import LLMCache
 
 
@@ -17,7 +16,9 @@ def test_plan_benchmark_group_counts_calls_and_writes_nothing(tmp_path, monkeypa
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     result = CliRunner().invoke(app, ["plan", "benchmark", "--params", "params.yaml"])
     assert result.exit_code == 0, result.output
-    plans = {p.role: p for p in llm_plan.merge_plans(llm_plan.PLANNERS)}
+    summary, ran = plan_group("benchmark", "params.yaml")
+    plans = {p.role: p for p in summary}
+    assert ran
     # 2 generated queries (placeholders are distinct, so dedup keeps both), each rated once,
     # then simulated for 2 personas; the model file does not even exist: nothing was loaded or sent
     assert (plans["generator"].requests, plans["judge"].requests, plans["user_simulator"].requests) == (2, 2, 4)

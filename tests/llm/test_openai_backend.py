@@ -1,4 +1,4 @@
-"""OpenAIBackend (resources/llm.py) against a fake OpenAI-compatible server on 127.0.0.1.
+"""OpenAIBackend (llm/client.py) against a fake OpenAI-compatible server on 127.0.0.1.
 
 The server is starlette + uvicorn in a background thread; it records every request body and header,
 counts concurrent in-flight requests, and answers with scripted statuses.
@@ -22,7 +22,9 @@ from starlette.routing import Route
 
 from dagster_project.llm.chat import ChatRequest, sample_cache_key
 from dagster_project.config import RoleConfig, parse_params
-from dagster_project.llm.client import Job, LLMClient, OpenAIBackend
+from dagster_project.llm.backends.base import Job
+from dagster_project.llm.backends.openai import OpenAIBackend
+from dagster_project.llm.client import LLMClient
 
 
 @dataclass
