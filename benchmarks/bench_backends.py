@@ -30,22 +30,23 @@ VLLM_MODEL = REPO / ".cache" / "models" / "smollm2-135m-instruct-hf"
 
 # --------------------------------------------------------------------------- P1: warm-cache rerun vs cold
 
-def _benchmark_group_run(params: str) -> tuple[float, dict]:
+def _benchmark_group_run(params_path: str) -> tuple[float, dict]:
     import dagster as dg
 
-    from dagster_project.defs import benchmark
+    from dagster_project.config import load_params
+    from dagster_project.defs.benchmark import assets as benchmark
     from dagster_project.defs.quality.checks import build_checks
-    from dagster_project.lib.embedder import EmbedderResource
-    from dagster_project.llm.client import LLMResource
-    from dagster_project.resources.params import ParamsResource
+    from dagster_project.lib.resources import EmbedderResource, LLMResource
     from dagster_project.lib.warehouse import WarehouseIOManager
 
+    params = load_params(params_path)
     assets = dg.load_assets_from_modules([benchmark])
     keys = {k for a in assets for k in a.keys}
-    checks = [c for c in build_checks() if all(ck.asset_key in keys for ck in c.check_keys)]
-    defs = dg.Definitions(assets=assets, asset_checks=checks, executor=dg.in_process_executor, resources={
-        "io_manager": WarehouseIOManager(), "params": ParamsResource(path=params),
-        "llm": LLMResource(params_path=params), "embedder": EmbedderResource()})
+    defs = dg.Definitions(assets=assets, asset_checks=build_checks(keys), executor=dg.in_process_executor,
+                          resources={"io_manager": WarehouseIOManager(), "params": params,
+                                     "llm": LLMResource(params.llm),
+                                     "embedder": EmbedderResource(model=params.embedder.model,
+                                                                  batch_size=params.embedder.batch_size)})
     job = defs.resolve_implicit_global_asset_job_def()
     with dg.DagsterInstance.ephemeral() as instance, timer() as t:
         result = job.execute_in_process(instance=instance, raise_on_error=False)
@@ -55,8 +56,8 @@ def _benchmark_group_run(params: str) -> tuple[float, dict]:
     for ev in result.get_asset_materialization_events():
         for k, v in ev.step_materialization_data.materialization.metadata.items():
             value = getattr(v, "value", v)
-            if k.endswith(("llm_new_calls", "llm_cache_hits", "llm_samples")) and isinstance(value, int):
-                key = k.rsplit("llm_", 1)[1]
+            if k in ("llm_new_calls", "llm_cache_hits", "llm_samples") and isinstance(value, int):
+                key = k.removeprefix("llm_")  # the all-roles totals (per-role keys are <role>_llm_*)
                 meta[key] = meta.get(key, 0) + value
     return t[0], meta
 
@@ -187,7 +188,7 @@ def bench_vllm(n: int = 64) -> BenchResult:
 def bench_tokens(max_tokens: int = 128, repeats: int = 3) -> BenchResult:
     from llama_cpp import Llama
 
-    from dagster_project.llm.client import resolve_gguf
+    from dagster_project.llm.backends.llamacpp import resolve_gguf
 
     res = BenchResult("tokens")
     llm = Llama(model_path=str(resolve_gguf("smollm2-135m-instruct")), n_ctx=2048, n_threads=2, verbose=False,

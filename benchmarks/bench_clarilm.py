@@ -37,7 +37,8 @@ from _common import fmt_num, ratio, say, timer  # noqa: E402
 from bench_dedup import make_questions, planted_vectors  # noqa: E402
 
 from dagster_project.core.shared.dedup import semantic_dedup  # noqa: E402
-from dagster_project.core.clarilm.logs import LogReadConfig, load_logs, prefilter  # noqa: E402
+from dagster_project.config import LogsConfig  # noqa: E402
+from dagster_project.core.clarilm.logs import load_logs, prefilter  # noqa: E402
 
 
 def _measured(fn):
@@ -166,7 +167,8 @@ def bench_reader(n_conversations: int) -> dict[str, float]:
                 f.write(json.dumps({"conversation_hash": f"c{i}", "timestamp": "2024-05-01T10:00:00Z",
                                     "conversation": conv}) + "\n")
         say(f"reader: {n_conversations:,} conversations")
-        (turns, rej, stats), secs, peak = _measured(lambda: load_logs([path], LogReadConfig(batch_size=10_000)))
+        (turns, rej, stats), secs, peak = _measured(
+            lambda: load_logs([path], LogsConfig(read_batch_size=10_000)))
     print(f"reader {n_conversations:>8,} conversations ({stats.turns:,} turns): {secs:6.2f} s  "
           f"{n_conversations / secs:10,.0f} records/s  {stats.turns / secs:10,.0f} turns/s  peak {peak / 2**20:6.0f} MiB")
     return {"reader_records_per_s": n_conversations / secs, "reader_turns_per_s": stats.turns / secs,

@@ -12,7 +12,12 @@ import tracemalloc
 import numpy as np
 from _common import BenchResult, ratio, say, timer
 
-from dagster_project.core.retrieval import BM25Index, count_combinations, iter_combinations, reservoir_sample
+from dagster_project.core.retrieval.rankers import BM25Index
+from dagster_project.core.retrieval.sessions import (
+    count_combinations,
+    iter_combinations,
+    reservoir_sample,
+)
 
 QA_PER_FACET = 46          # C(46, 2) = 1,035 two-turn sessions per facet
 SAMPLE = 10_000            # the paper's per-length sample size

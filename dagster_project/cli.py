@@ -123,12 +123,10 @@ def _default_partitions(group: str, params: str) -> list[str] | None:
 
 def _log_days(params: str) -> list[str]:
     """The daily partitions of group `logs` that have records (a quick streamed pass over logs.paths)."""
-    from dagster_project.core.clarilm.logs import days_to_ingest
-    from dagster_project.defs.logs.assets import daily_partitions
+    from dagster_project.defs.logs.assets import days_to_materialize
 
     try:
-        cfg = load_params(params).logs
-        days, counts = days_to_ingest(cfg, daily_partitions(cfg).get_partition_keys())
+        days, counts = days_to_materialize(load_params(params).logs)
     except ValueError as err:  # io.records.InputFileError is a ValueError too
         console.print(str(err), style="red", markup=False)
         raise typer.Exit(2) from None
@@ -221,7 +219,7 @@ def _reachable(cfg) -> str:
     import importlib.util
 
     if cfg.backend == "llamacpp":
-        from dagster_project.llm.client import resolve_gguf
+        from dagster_project.llm.backends.llamacpp import resolve_gguf
 
         try:
             path = resolve_gguf(cfg.model)

@@ -342,7 +342,8 @@ class RetrievalConfig(_Strict):
 
 
 class DoubleTurnInput(_Strict):
-    """One open-domain QA file whose questions carry several acceptable answers (core/qa_import.py)."""
+    """One open-domain QA file whose questions carry several acceptable answers (io/formats: ambigqa, nq_open,
+    qa_generic)."""
 
     path: str
     format: Literal["ambigqa", "nq_open", "generic"]

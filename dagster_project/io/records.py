@@ -9,7 +9,9 @@ its `problem` set, never raised: the caller quarantines it and goes on.
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -21,7 +23,7 @@ import polars as pl
 import yaml
 
 RAW_SNIPPET = 500
-SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".ndjson", ".yaml", ".yml", ".parquet")
+SUFFIXES = (".csv", ".tsv", ".tab", ".json", ".jsonl", ".ndjson", ".yaml", ".yml", ".parquet")
 QUARANTINE_SCHEMA = {"file": pl.Utf8, "record": pl.Int64, "field": pl.Utf8, "reason": pl.Utf8, "raw": pl.Utf8}
 
 
@@ -42,10 +44,10 @@ class Record:
     """One record of a file: the parsed value, or the problem that kept it from being parsed."""
 
     file: str
-    record: int  # 1-based: the line of a JSONL / CSV file (header = line 1 for CSV), the item of JSON / Parquet
+    record: int  # 1-based: the line of a JSONL file, the data row of a CSV / TSV (header excluded), the item of JSON / Parquet
     data: Any = None
     raw: str = ""
-    problem: str | None = None  # not_utf8 | invalid_json | not_an_object (then `data` is None)
+    problem: str | None = None  # not_utf8 | invalid_json | ragged_row (data None) | not_an_object (data = the value)
     detail: str | None = None
 
 
@@ -114,7 +116,7 @@ def _jsonl(path: Path, file: str) -> Iterator[Record]:
 
 def _object(file: str, number: int, obj: Any, raw: str) -> Record:
     if not isinstance(obj, dict):
-        return Record(file, number, raw=raw, problem="not_an_object",
+        return Record(file, number, obj, raw, problem="not_an_object",
                       detail=f"expected a JSON object, got {type(obj).__name__}")
     return Record(file, number, obj, raw)
 
@@ -141,7 +143,7 @@ def _json_document(path: Path, file: str, suffix: str) -> Iterator[Record]:
     try:
         data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise InputFileError(file, f"not valid {suffix[1:].upper()}: {str(e)[:200]}") from None
+        raise InputFileError(file, f"not valid {suffix[1:].upper()}: {' '.join(str(e).split())[:200]}") from None
     if isinstance(data, dict) and len(data) == 1 and isinstance(next(iter(data.values())), list):
         data = next(iter(data.values()))  # {"intents": [...]}
     if isinstance(data, dict):
@@ -162,23 +164,36 @@ def _table(path: Path, file: str, suffix: str, batch_size: int) -> Iterator[Reco
                 number += 1
                 yield Record(file, number, obj, _snippet(obj))
         return
-    df = pl.read_csv(path, separator="\t" if suffix == ".tsv" else ",", infer_schema=False,
-                     encoding="utf8-lossy", truncate_ragged_lines=True)
-    for number, obj in enumerate(df.iter_rows(named=True), 2):  # line 1 is the header
-        yield Record(file, number, obj, _snippet(obj))
+    with _open_binary(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="") as f:
+        rows = csv.reader(f, delimiter="," if suffix == ".csv" else "\t")
+        header = next(rows, None)
+        if header is None:
+            return
+        header[0] = header[0].removeprefix("\ufeff")
+        for number, cells in enumerate(rows, 1):  # data rows; the header is not a record
+            if not cells:
+                continue
+            if len(cells) != len(header):
+                yield Record(file, number, raw=_snippet(cells), problem="ragged_row",
+                             detail=f"expected {len(header)} fields, got {len(cells)}")
+                continue
+            obj = dict(zip(header, cells, strict=True))
+            yield Record(file, number, obj, _snippet(obj))
 
 
-def iter_records(path: str | Path, batch_size: int = 10_000) -> Iterator[Record]:
-    """Every record of one file, in order. Raises InputFileError only for a file that cannot be read at all."""
+def iter_records(path: str | Path, batch_size: int = 10_000, key: str | None = None) -> Iterator[Record]:
+    """Every record of one file, in order. Raises InputFileError (naming the params `key` that points at the
+    file, when given) only for a file that cannot be read at all."""
     p = Path(path)
     file = p.as_posix()
     if not p.is_file():
-        raise InputFileError(file, "file not found")
+        raise InputFileError(file, "file not found", key=key)
     suffix = _suffix(p)
     if suffix not in SUFFIXES:
-        raise InputFileError(file, f"unsupported file type {suffix!r}; supported: {', '.join(SUFFIXES)} (+ .gz)")
+        raise InputFileError(file, f"unsupported file type {suffix!r}; supported: {', '.join(SUFFIXES)} (+ .gz)",
+                             key=key)
     try:
-        if suffix in (".csv", ".tsv", ".parquet"):
+        if suffix in (".csv", ".tsv", ".tab", ".parquet"):
             yield from _table(p, file, suffix, batch_size)
         elif suffix in (".yaml", ".yml"):
             yield from _json_document(p, file, suffix)
@@ -188,10 +203,12 @@ def iter_records(path: str | Path, batch_size: int = 10_000) -> Iterator[Record]
             yield from _json_document(p, file, suffix)
         else:  # JSONL, or a .json file holding one object per line
             yield from _jsonl(p, file)
-    except InputFileError:
+    except InputFileError as err:
+        if key and not err.key:
+            raise InputFileError(err.file, str(err).split(": ", 1)[1], err.record, err.field, key) from None
         raise
     except Exception as err:  # noqa: BLE001 - any reader failure names the file
-        raise InputFileError(file, f"cannot be read: {type(err).__name__}: {err}") from None
+        raise InputFileError(file, f"cannot be read: {type(err).__name__}: {err}", key=key) from None
 
 
 def _is_jsonl(path: Path) -> bool:
@@ -206,11 +223,12 @@ def _is_jsonl(path: Path) -> bool:
     return more
 
 
-def read_records(path: str | Path, quarantine: Quarantine | None = None) -> tuple[list[Record], Quarantine]:
+def read_records(path: str | Path, quarantine: Quarantine | None = None,
+                 key: str | None = None) -> tuple[list[Record], Quarantine]:
     """All usable records of a file; unparseable ones go to the (given or a new) quarantine."""
     q = quarantine if quarantine is not None else Quarantine()
     good = []
-    for rec in iter_records(path):
+    for rec in iter_records(path, key=key):
         if rec.problem:
             q.add_record(rec, f"{rec.problem}: {rec.detail}")
         else:

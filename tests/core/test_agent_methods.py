@@ -12,11 +12,11 @@ from dagster_project.core.clarifymt.agent.clarify_agent import ClarifyAgent, rul
 from dagster_project.core.clarifymt.agent.cot import ChainOfThought, final_decision
 from dagster_project.core.clarifymt.agent.intent_sim import IntentSim, intent_decision, mean_pairwise_similarity, medoid
 from dagster_project.core.clarifymt.agent.majority_vote import TIE_BREAK, MajorityVote, majority_action
-from dagster_project.core.clarifymt.agent.method import (
-    DialogueTurn, MethodSettings, Prediction, predictions_frame, sample_dialogues,
-)
+from dagster_project.core.clarifymt.agent.method import DialogueTurn, Prediction, predictions_frame
+from dagster_project.core.clarifymt.agent.predictions import sample_dialogues
 from dagster_project.core.clarifymt.agent.registry import BUILDERS, build_method, calls_per_turn
 from dagster_project.core.clarifymt.agent.tracker import Observation, Tracker
+from dagster_project.config import EvaluationConfig
 from dagster_project.llm.chat import ChatResult
 
 Q = [{"role": "user", "content": "Plan a trip for me."}]
@@ -28,13 +28,14 @@ def turn(did="d1", t=1, history=Q):
 
 
 class Chat:
-    """Records every batch; replies with reply(request, sample_index) or an error for error(request)."""
+    """Records every batch (and its role); replies with reply(request, sample_index) or an error for error(request)."""
 
     def __init__(self, reply, error=lambda req: None):
-        self.reply, self.error, self.batches = reply, error, []
+        self.reply, self.error, self.batches, self.roles = reply, error, [], []
 
-    def __call__(self, requests):
+    def __call__(self, role, requests):
         self.batches.append(list(requests))
+        self.roles.append(role)
         out = []
         for r in requests:
             err = self.error(r)
@@ -66,7 +67,7 @@ def test_majority_vote_samples_k_at_temperature_and_keeps_winning_text():
     texts = ["The answer is: Rome.", "The clarifying question is: where?", "The clarifying question is: when?",
              "no protocol here", "The answer is: Paris."]
     chat = Chat(lambda r, i: texts[i])
-    settings = MethodSettings(vote_k=5, vote_temperature=0.7, max_tokens=40)
+    settings = EvaluationConfig(vote_k=5, vote_temperature=0.7, subject_max_tokens=40)
     [p] = MajorityVote(settings).predict([turn()], chat)
     [req] = chat.batches[0]
     assert req.sampling.n == 5 and req.sampling.temperature == 0.7 and req.sampling.max_tokens == 40
@@ -76,9 +77,9 @@ def test_majority_vote_samples_k_at_temperature_and_keeps_winning_text():
 
 
 def test_majority_vote_all_invalid_and_llm_error():
-    [p] = MajorityVote(MethodSettings(vote_k=3)).predict([turn()], Chat(lambda r, i: "hmm"))
+    [p] = MajorityVote(EvaluationConfig(vote_k=3)).predict([turn()], Chat(lambda r, i: "hmm"))
     assert (p.action, p.status) == ("invalid", "parse_error") and "none of the 3" in p.error
-    [e] = MajorityVote(MethodSettings(vote_k=3)).predict([turn()], Chat(lambda r, i: "x", lambda r: "boom"))
+    [e] = MajorityVote(EvaluationConfig(vote_k=3)).predict([turn()], Chat(lambda r, i: "x", lambda r: "boom"))
     assert (e.action, e.status, e.error) == ("invalid", "llm_error", "boom")
 
 
@@ -95,13 +96,13 @@ def test_cot_uses_the_last_protocol_line():
 def test_cot_without_final_protocol_line_is_invalid():
     d, _ = final_decision("Let me think. The user wants a trip")
     assert d.action == "invalid"
-    [p] = ChainOfThought(MethodSettings()).predict([turn()], Chat(lambda r, i: "thinking... cut off"))
+    [p] = ChainOfThought(EvaluationConfig()).predict([turn()], Chat(lambda r, i: "thinking... cut off"))
     assert (p.action, p.status, p.error) == ("invalid", "parse_error", "no final line starts with a protocol prefix")
 
 
 def test_cot_prompt_and_budget():
     chat = Chat(lambda r, i: "Clear.\nThe answer is: go to Lisbon.")
-    [p] = ChainOfThought(MethodSettings(reasoning_max_tokens=99)).predict([turn(history=A1)], chat)
+    [p] = ChainOfThought(EvaluationConfig(reasoning_max_tokens=99)).predict([turn(history=A1)], chat)
     [req] = chat.batches[0]
     assert req.sampling.max_tokens == 99 and req.sampling.temperature == 0.0
     assert "step by step" in req.messages[-1]["content"] and req.messages[-1]["content"].startswith("Somewhere warm.")
@@ -124,7 +125,7 @@ def test_at_cot_names_the_type_before_deciding():
 def test_at_cot_system_lists_the_taxonomy():
     chat = Chat(lambda r, i: json.dumps({"ambiguity_type": "none", "reasoning": "", "decision": "answer",
                                          "response": "Here."}))
-    [p] = ATCoT(MethodSettings()).predict([turn()], chat)
+    [p] = ATCoT(EvaluationConfig()).predict([turn()], chat)
     system = chat.batches[0][0].messages[0]["content"]
     assert "- lexical:" in system and "- off_focus:" in system and "$taxonomy" not in system
     assert chat.batches[0][0].json_schema == AT_SCHEMA and p.action == "answer"
@@ -157,23 +158,23 @@ def _embed(vectors):
 
 def test_intent_sim_disagreeing_samples_ask_with_the_first_question():
     vecs = {"a": [1, 0], "b": [0, 1], "c": [1, 1]}
-    [p] = IntentSim(MethodSettings(intent_k=3, intent_tau=0.5)).predict([turn()], Chat(_interp("abc")), _embed(vecs))
+    [p] = IntentSim(EvaluationConfig(intent_k=3, intent_tau=0.5)).predict([turn()], Chat(_interp("abc")), _embed(vecs))
     assert (p.action, p.response) == ("clarify", "q0?")
     assert p.trace["similarity"] == pytest.approx(0.4714, abs=1e-4) and p.llm_calls == 3
 
 
 def test_intent_sim_agreeing_samples_answer_with_the_medoid():
     vecs = {"a": [1, 0.1], "b": [1, 0], "c": [1, 0.2]}
-    [p] = IntentSim(MethodSettings(intent_k=3, intent_tau=0.5)).predict([turn()], Chat(_interp("abc")), _embed(vecs))
+    [p] = IntentSim(EvaluationConfig(intent_k=3, intent_tau=0.5)).predict([turn()], Chat(_interp("abc")), _embed(vecs))
     assert (p.action, p.response) == ("answer", "Assuming you mean: a")
 
 
 def test_intent_sim_needs_two_usable_samples():
     chat = Chat(lambda r, i: "not json" if i else json.dumps({"interpretation": "x", "clarifying_question": "y"}))
-    [p] = IntentSim(MethodSettings(intent_k=3)).predict([turn()], chat, _embed({"x": [1, 0]}))
+    [p] = IntentSim(EvaluationConfig(intent_k=3)).predict([turn()], chat, _embed({"x": [1, 0]}))
     assert (p.action, p.status) == ("invalid", "parse_error") and "1 of 3" in p.error
     with pytest.raises(ValueError, match="encoder"):
-        IntentSim(MethodSettings()).predict([turn()], chat)
+        IntentSim(EvaluationConfig()).predict([turn()], chat)
 
 
 # --------------------------------------------------------------------------- Tracker FSM
@@ -258,7 +259,7 @@ def agent_reply(slot_status="unfilled", persona="partial_vague", planner=None):
 def test_agent_carries_tracker_state_across_turns_and_batches_by_turn():
     chat = Chat(agent_reply(lambda prompt: "unfilled" if "(no slots tracked yet)" in prompt else "filled"))
     turns = [turn("d2", 2, A1), turn("d1", 1), turn("d2", 1), turn("d1", 2, A1)]
-    preds = ClarifyAgent(MethodSettings()).predict(turns, chat)
+    preds = ClarifyAgent(EvaluationConfig()).predict(turns, chat)
     by = {(t.dialogue_id, t.turn): p for t, p in zip(turns, preds)}
     assert [by[("d1", 1)].action, by[("d1", 2)].action] == ["clarify", "answer"]
     assert by[("d1", 1)].agent["rsc"] is False and by[("d2", 2)].agent["rsc"] is True
@@ -278,13 +279,13 @@ def test_agent_answer_states_remaining_assumptions():
     def planner(prompt):
         return json.dumps({"action": "answer", "target_slot": "", "reason": "user refuses"})
 
-    [p] = ClarifyAgent(MethodSettings()).predict([turn()], Chat(agent_reply("unfilled", planner=planner)))
+    [p] = ClarifyAgent(EvaluationConfig()).predict([turn()], Chat(agent_reply("unfilled", planner=planner)))
     assert p.action == "answer" and p.agent["assumptions"] == ["city"]
     assert p.response == "Here is a plan. (Assuming nothing specific about: city.)"
 
 
 def test_agent_planner_parse_failure_falls_back_to_the_rule():
-    [p] = ClarifyAgent(MethodSettings()).predict([turn()], Chat(agent_reply("unfilled", planner=lambda _: "??")))
+    [p] = ClarifyAgent(EvaluationConfig()).predict([turn()], Chat(agent_reply("unfilled", planner=lambda _: "??")))
     assert (p.action, p.status, p.agent["decided_by"]) == ("clarify", "ok", "rule_fallback")
     assert p.agent["step_errors"] == 1 and "planner" in p.trace["step_errors"]
 
@@ -299,7 +300,7 @@ def test_agent_llm_error_fails_the_turn_and_keeps_the_state():
         return None
 
     chat = Chat(agent_reply(lambda prompt: "unfilled"), error)
-    p1, p2 = ClarifyAgent(MethodSettings()).predict([turn("d", 1), turn("d", 2, A1)], chat)
+    p1, p2 = ClarifyAgent(EvaluationConfig()).predict([turn("d", 1), turn("d", 2, A1)], chat)
     assert (p1.action, p1.status) == ("invalid", "llm_error") and p1.error == "perceiver: timeout"
     assert p1.llm_calls == 2  # input + the failed perceiver; later steps skipped
     assert p2.status == "ok" and p2.agent["slots"][0]["state"] == "unfilled"
@@ -312,7 +313,7 @@ def test_agent_llm_error_fails_the_turn_and_keeps_the_state():
 ])
 def test_ablations_remove_exactly_one_module(name, calls_turn2, has):
     chat = Chat(agent_reply("unfilled", persona="refusal"))
-    method = build_method(name, MethodSettings())
+    method = build_method(name, EvaluationConfig())
     assert method.name == name and isinstance(method, ClarifyAgent) and method.calls_per_turn == 4
     [p] = method.predict([turn("d", 2, A1)], chat)
     assert p.llm_calls == calls_turn2
@@ -327,13 +328,13 @@ def test_ablations_remove_exactly_one_module(name, calls_turn2, has):
 
 def test_agent_refuses_to_remove_two_modules():
     with pytest.raises(ValueError, match="one module"):
-        ClarifyAgent(MethodSettings(), planner=False, forecaster=False)
+        ClarifyAgent(EvaluationConfig(), planner=False, forecaster=False)
 
 
 # --------------------------------------------------------------------------- shared interface
 
 def test_registry_and_calls_per_turn():
-    s = MethodSettings(vote_k=5, intent_k=5)
+    s = EvaluationConfig(vote_k=5, intent_k=5)
     assert calls_per_turn(s) == {"base": 1, "majority_vote": 5, "cot": 1, "intent_sim": 5, "at_cot": 1,
                                  "clarify_agent": 5, "clarify_agent_no_planner": 4,
                                  "clarify_agent_no_perceiver": 4, "clarify_agent_no_forecaster": 4}
@@ -355,11 +356,11 @@ def test_every_method_returns_one_prediction_per_turn_in_order():
 
     turns = [turn("x", 1), turn("y", 1), turn("x", 2, A1)]
     for name in BUILDERS:
-        preds = build_method(name, MethodSettings(vote_k=2, intent_k=2)).predict(
+        preds = build_method(name, EvaluationConfig(vote_k=2, intent_k=2)).predict(
             turns, Chat(reply), lambda texts: np.ones((len(texts), 3)))
         assert len(preds) == 3 and all(p.status == "ok" for p in preds), name
         assert all(p.llm_calls >= 1 for p in preds)
-    assert build_method("base", MethodSettings()).predict([], Chat(reply)) == []
+    assert build_method("base", EvaluationConfig()).predict([], Chat(reply)) == []
 
 
 def test_predictions_frame_schema():
@@ -381,3 +382,75 @@ def test_sample_dialogues_spreads_over_personas_and_is_deterministic():
     assert len(sample_dialogues(d, 5, seed=1, persona_order=personas)) == 5
     assert sample_dialogues(d, None, 0) == sorted(d["dialogue_id"].to_list())
     assert sample_dialogues(d, 100, 0) == sorted(d["dialogue_id"].to_list())
+
+
+# --------------------------------------------------------------------------- tasks, roles and schemas
+
+def test_methods_ask_the_subject_role_they_were_built_for():
+    chat = Chat(lambda r, i: "The answer is: fine.")
+    build_method("base", EvaluationConfig(), role="subject:tiny").predict([turn()], chat)
+    assert chat.roles == ["subject:tiny"]
+
+
+def test_registry_builds_exactly_the_config_method_names():
+    from dagster_project.config import METHOD_NAMES
+
+    assert tuple(BUILDERS) == METHOD_NAMES
+
+
+def test_reply_schemas_are_the_hand_written_ones():
+    """The schema is part of the cache key and the llama.cpp grammar: it must not drift from the original dicts."""
+    from dagster_project.core.clarifymt.agent.intent_sim import INTENT_SIM
+    from dagster_project.core.clarifymt.agent.modules import PERSONA_KEYS, TASKS
+    from dagster_project.core.clarifymt.judge import PAIR, SCORE
+
+    s = {"type": "string"}
+    old = {
+        "input": {"type": "object", "properties": {"request": {**s, "minLength": 3, "maxLength": 240},
+                                                   "latest": {**s, "maxLength": 200}}, "required": ["request", "latest"]},
+        "perceiver": {"type": "object", "properties": {"slots": {"type": "array", "maxItems": 4, "items": {
+            "type": "object",
+            "properties": {"name": {**s, "minLength": 1, "maxLength": 40}, "value": {**s, "maxLength": 80},
+                           "status": {"type": "string", "enum": ["filled", "unfilled", "conflict"]},
+                           "required": {"type": "boolean"}},
+            "required": ["name", "value", "status", "required"]}}}, "required": ["slots"]},
+        "forecaster": {"type": "object", "properties": {"persona": {"type": "string", "enum": PERSONA_KEYS},
+                                                        "reason": {**s, "maxLength": 160}},
+                       "required": ["persona", "reason"]},
+        "planner": {"type": "object", "properties": {"action": {"type": "string", "enum": ["clarify", "answer"]},
+                                                     "target_slot": {**s, "maxLength": 40},
+                                                     "reason": {**s, "maxLength": 160}},
+                    "required": ["action", "target_slot", "reason"]},
+        "output": {"type": "object", "properties": {"text": {**s, "minLength": 2, "maxLength": 300}},
+                   "required": ["text"]},
+    }
+    for module, schema in old.items():
+        assert TASKS[module].schema == schema, module
+        assert list(TASKS[module].schema["properties"]) == list(schema["properties"]), module  # grammar order
+    assert INTENT_SIM.schema == {"type": "object", "properties": {
+        "interpretation": {**s, "minLength": 3, "maxLength": 200},
+        "clarifying_question": {**s, "minLength": 3, "maxLength": 200}},
+        "required": ["interpretation", "clarifying_question"]}
+    assert SCORE.schema == {"type": "object", "properties": {"score": {"type": "integer", "enum": [0, 1, 2, 3, 4, 5]}},
+                            "required": ["score"]}
+    assert PAIR.schema == {"type": "object", "properties": {
+        "better": {"type": "string", "enum": ["first", "second", "tie"]}}, "required": ["better"]}
+
+
+def test_fields_the_agent_can_do_without_stay_optional_when_parsing():
+    """The schema requires them, but a reply without them was always usable (and still is)."""
+    def planner(prompt):
+        return json.dumps({"action": "clarify"})
+
+    [p] = ClarifyAgent(EvaluationConfig()).predict([turn()], Chat(agent_reply("unfilled", planner=planner)))
+    assert (p.status, p.agent["decided_by"], p.agent["step_errors"]) == ("ok", "planner", 0)
+    assert p.trace["plan"]["reason"] == "" and p.agent["target_slot"] is None
+    ok, trace = parse_at_cot(json.dumps({"ambiguity_type": "scope", "decision": "answer", "response": "x"}))
+    assert (ok.status, trace["reasoning"]) == ("ok", None)
+
+
+def test_agent_step_errors_keep_their_messages():
+    chat = Chat(agent_reply("unfilled", persona="grumpy"))
+    [_, p] = ClarifyAgent(EvaluationConfig()).predict([turn("d", 1), turn("d", 2, A1)], chat)
+    assert p.trace["step_errors"]["forecaster"].startswith("field 'persona' = 'grumpy' not in [")
+    assert p.agent["persona_forecast"] is None

@@ -6,22 +6,41 @@ import polars as pl
 import pytest
 
 from dagster_project.core.clarilm.annotations import (
+    ANSWER,
     TRL_DPO_COLUMNS,
     TRL_SFT_COLUMNS,
-    answer_requests,
     attach_answers,
     candidate_sets,
-    cotap_requests,
+    cotap,
     dpo_rows,
     format_response,
     options_block,
-    parse_cotap,
     parse_cotap_one,
     preference_pairs,
     sft_rows,
     trl_export,
 )
 from dagster_project.llm.chat import ChatResult
+
+ANSWER_SCHEMA = {  # the schema sent before the move to LLMTask: part of the cache key, must not change
+    "type": "object", "properties": {"answer": {"type": "string", "maxLength": 400}}, "required": ["answer"]}
+
+
+def cotap_schema(n):
+    """CoTAP's schema for n candidates as it was sent before the move to LLMTask."""
+    return {"type": "object", "required": ["reasoning", "choice", "rationale"],
+            "properties": {"reasoning": {"type": "string", "maxLength": 600},
+                           "choice": {"type": "integer", "minimum": 0, "maximum": n},
+                           "rationale": {"type": "string", "maxLength": 200}}}
+
+
+def chat_with(*results):
+    """chat(role, requests) answering with `results` in order; `chat.sent` holds the requests."""
+    answers = iter(results)
+    chat = lambda role, reqs: chat.sent.extend(reqs) or [next(answers) for _ in reqs]  # noqa: E731
+    chat.sent = []
+    return chat
+
 
 QUESTIONS = pl.DataFrame({
     "question_id": ["q1", "q2", "q3"],
@@ -54,25 +73,29 @@ def test_candidate_sets_order_cap_and_empty():
 
 def test_answers_from_log_or_answerer():
     s = _sets()
-    need = s.filter(pl.col("log_answer").is_null())
-    reqs = answer_requests(need, 100)
+    chat = chat_with(ChatResult(texts=['{"answer": "Paris."}'], model="m"), ChatResult(texts=["nope"], model="m"))
+    out = attach_answers(chat, s, 100)
+    reqs = chat.sent
     assert [r.messages[-1]["content"].count("capital of France") for r in reqs] == [1, 0]
-    res = [ChatResult(texts=['{"answer": "Paris."}'], model="m"), ChatResult(texts=["nope"], model="m")]
-    out = attach_answers(s, need["question_id"].to_list(), reqs, res)
+    assert reqs[0].json_schema == ANSWER_SCHEMA == ANSWER.schema
+    assert (reqs[0].sampling.temperature, reqs[0].sampling.max_tokens) == (0.0, 100)
     assert out.select("answer", "answer_source", "answer_status").rows() == [
         ("Try a ThinkPad.", "log", "ok"), ("Paris.", "generated", "ok"), (None, "generated", "parse_error")]
 
 
 def test_options_and_cotap_request_schema():
-    s = attach_answers(_sets(), [], [], [])
+    s = attach_answers(chat_with(), _sets().with_columns(log_answer=pl.lit("Try a ThinkPad.")), 100)
     block = options_block("Try a ThinkPad.", s.row(0, named=True)["candidates"])
     assert block.splitlines() == ['0. Answer directly: "Try a ThinkPad."',
                                   '1. Ask: "What will you use it for?" (about: use)', '2. Ask: "Which OS?" (about: os)',
                                   '3. Ask: "What is your budget?" (about: budget)']
     assert options_block(None, []) == "0. Answer directly (no draft answer available)."
-    reqs = cotap_requests(s, 300)
-    assert reqs[0].json_schema["properties"]["choice"]["maximum"] == 3
-    assert reqs[2].json_schema["properties"]["choice"]["maximum"] == 0
+    chat = chat_with(*[ChatResult(texts=["{}"], model="m")] * 3)
+    cotap(chat, s, 300)
+    by_question = {r.messages[-1]["content"].split('User request: "')[1].split('"')[0]: r for r in chat.sent}
+    assert by_question["Recommend a laptop."].json_schema == cotap_schema(3)
+    assert by_question["Plan a trip."].json_schema == cotap_schema(0)
+    assert by_question["Plan a trip."].sampling.max_tokens == 300
 
 
 CANDS = [{"facet_id": "f1", "facet": "a", "clarifying_question": "A?", "origin": "log"},
@@ -97,13 +120,14 @@ def test_parse_cotap_answer_without_text_is_unusable():
 
 
 def _annotated():
-    s = attach_answers(_sets(), ["q2", "q3"], [], [ChatResult(texts=['{"answer": "Paris."}'], model="m"),
-                                                   ChatResult(texts=["", ""], error="down", model="m")])
-    reqs = cotap_requests(s, 300)
-    res = [ChatResult(texts=[json.dumps({"reasoning": "use matters most", "choice": 1, "rationale": "r"})], model="m"),
-           ChatResult(texts=[json.dumps({"reasoning": "clear", "choice": 0, "rationale": "r"})], model="m"),
-           ChatResult(texts=[""], error="TimeoutError", model="m")]
-    return parse_cotap(s, reqs, res)
+    s = attach_answers(chat_with(ChatResult(texts=['{"answer": "Paris."}'], model="m"),
+                                 ChatResult(texts=["", ""], error="down", model="m")), _sets(), 100)
+    # one batch per candidate count: q3 (0 candidates), q2 (1), q1 (3)
+    chat = chat_with(ChatResult(texts=[""], error="TimeoutError", model="m"),
+                     ChatResult(texts=[json.dumps({"reasoning": "clear", "choice": 0, "rationale": "r"})], model="m"),
+                     ChatResult(texts=[json.dumps({"reasoning": "use matters most", "choice": 1, "rationale": "r"})],
+                                model="m"))
+    return cotap(chat, s, 300)
 
 
 def test_preference_pairs_three_types():

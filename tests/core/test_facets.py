@@ -5,16 +5,24 @@ import json
 import numpy as np
 import polars as pl
 
+from dagster_project.core.clarilm.facets import FM_LOG, fm_llm, fm_log, fm_log_training_pairs, fuse
 from dagster_project.llm.chat import ChatResult
-from dagster_project.core.clarilm.facets import (
-    FM_LOG_SCHEMA,
-    fm_llm_requests,
-    fm_log_requests,
-    fm_log_training_pairs,
-    fuse,
-    parse_fm_llm,
-    parse_fm_log,
-)
+
+FM_LOG_SCHEMA = {  # the schema sent before the move to LLMTask: part of the cache key, must not change
+    "type": "object",
+    "properties": {"facet": {"type": "string", "maxLength": 60},
+                   "clarifying_question": {"type": "string", "maxLength": 160}},
+    "required": ["facet", "clarifying_question"],
+}
+
+
+def chat_with(*results):
+    """chat(role, requests) answering with `results` in order; `chat.sent` holds the requests."""
+    answers = iter(results)
+    chat = lambda role, reqs: chat.sent.extend(reqs) or [next(answers) for _ in reqs]  # noqa: E731
+    chat.sent = []
+    return chat
+
 
 QUESTIONS = pl.DataFrame({"question_id": ["ql-a", "qg-b"], "question": ["Book a table.", "Plan a trip."],
                           "question_source": ["log", "generated"]})
@@ -38,24 +46,28 @@ def first_word_embed(texts):
 def test_training_pairs_and_fm_log_requests():
     pairs = fm_log_training_pairs(TUPLES)
     assert pairs.rows() == [("Fix my code", "the language", "Which language?"), ("Buy a watch", "the brand", "Which brand?")]
-    reqs = fm_log_requests(QUESTIONS, pairs, k=3, n_demos=2, temperature=0.9, top_p=0.95, seed=7)
+    chat = chat_with(*[ChatResult(texts=["{}"] * 3, model="m")] * 2)
+    fm_log(chat, QUESTIONS, pairs, k=3, n_demos=2, temperature=0.9, top_p=0.95, seed=7)
+    reqs = chat.sent
     assert len(reqs) == 2 and all(r.sampling.n == 3 and r.sampling.temperature == 0.9 for r in reqs)
+    assert reqs[0].sampling.max_tokens == 120 and reqs[0].sampling.top_p == 0.95 and reqs[0].sampling.seed == 7
     user = reqs[0].messages[-1]["content"]
     assert 'New request: "Book a table."' in user
     assert 'facet: "the language"' in user and 'facet: "the brand"' in user
-    assert reqs[0].json_schema == FM_LOG_SCHEMA
-    empty = fm_log_requests(QUESTIONS, pairs.clear(), 3, 2, 0.9, 0.95)
-    assert "(no logged examples)" in empty[0].messages[-1]["content"]
+    assert reqs[0].json_schema == FM_LOG_SCHEMA == FM_LOG.schema
+    empty = chat_with(*[ChatResult(texts=["{}"] * 3, model="m")] * 2)
+    fm_log(empty, QUESTIONS, pairs.clear(), 3, 2, 0.9, 0.95)
+    assert "(no logged examples)" in empty.sent[0].messages[-1]["content"]
 
 
 def test_parse_fm_log_exact_dedup_within_question_only():
-    reqs = fm_log_requests(QUESTIONS, fm_log_training_pairs(TUPLES), 3, 1, 0.9, 0.95)
-    results = [
+    pairs = fm_log_training_pairs(TUPLES)
+    chat = chat_with(
         ChatResult(texts=[_facet("The city", "Which city?"), _facet("the  city!", "What city?"), "garbage"], model="m"),
         ChatResult(texts=[_facet("the city", "Where to?"), _facet("dates", "When?"), _facet("budget", "How much?")],
                    model="m"),
-    ]
-    out = parse_fm_log(QUESTIONS, reqs, results)
+    )
+    out = fm_log(chat, QUESTIONS, pairs, 3, 1, 0.9, 0.95)
     assert out.select("facet_id", "status", "kept", "duplicate_of", "reject_reason").rows() == [
         ("qg-b:log:0", "ok", True, None, None), ("qg-b:log:1", "ok", True, None, None),
         ("qg-b:log:2", "ok", True, None, None),
@@ -63,18 +75,21 @@ def test_parse_fm_log_exact_dedup_within_question_only():
         ("ql-a:log:2", "parse_error", False, None, "parse_error"),
     ]
     assert out.filter(pl.col("facet_id") == "ql-a:log:2")["raw_output"][0] == "garbage"
-    failed = parse_fm_log(QUESTIONS.head(1), reqs[:1], [ChatResult(texts=["", "", ""], error="boom", model="m")])
+    failed = fm_log(chat_with(ChatResult(texts=["", "", ""], error="boom", model="m")), QUESTIONS.head(1), pairs,
+                    3, 1, 0.9, 0.95)
     assert failed["status"].to_list() == ["llm_error"] * 3 and not failed["kept"].any()
 
 
 def test_parse_fm_llm_items_and_failures():
-    reqs = fm_llm_requests(QUESTIONS, max_facets=4)
-    assert reqs[0].json_schema["properties"]["facets"]["maxItems"] == 4
-    assert "up to 4 different things" in reqs[0].messages[-1]["content"]
     good = json.dumps({"facets": [{"facet": "date", "clarifying_question": "Which day?"}, {"facet": "only"},
                                   {"facet": "party size", "clarifying_question": "How many people?"}]})
-    out = parse_fm_llm(QUESTIONS, reqs, [ChatResult(texts=[good], model="m"),
-                                         ChatResult(texts=['{"facets": []}'], model="m")])
+    chat = chat_with(ChatResult(texts=[good], model="m"), ChatResult(texts=['{"facets": []}'], model="m"))
+    out = fm_llm(chat, QUESTIONS, max_facets=4)
+    reqs = chat.sent
+    assert reqs[0].json_schema == {"type": "object", "required": ["facets"], "properties": {"facets": {
+        "type": "array", "minItems": 1, "maxItems": 4, "items": FM_LOG_SCHEMA}}}
+    assert reqs[0].sampling.max_tokens == 440 and reqs[0].sampling.temperature == 0.7
+    assert "up to 4 different things" in reqs[0].messages[-1]["content"]
     assert out.select("facet_id", "facet", "status").rows() == [
         ("qg-b:llm:x", None, "parse_error"), ("ql-a:llm:0", "date", "ok"), ("ql-a:llm:1", "party size", "ok")]
     assert out.filter(pl.col("status") == "ok")["kept"].all()

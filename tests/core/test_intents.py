@@ -1,13 +1,40 @@
-"""core/intents.py and the SDRS / ARS metrics on hand-computed cases (no Dagster, no model)."""
+"""core/intents/ and the SDRS / ARS metrics on hand-computed cases (no Dagster, no model)."""
 
 import json
 
 import polars as pl
 import pytest
 
-from dagster_project.core import intents as I
-from dagster_project.llm.chat import ChatResult
+from dagster_project.config import IntentsConfig
+from dagster_project.core.intents.ambiguous import (
+    generate_edits,
+    generate_pairs,
+    validate_provided_ambiguous,
+    verify_edits,
+)
+from dagster_project.core.intents.assistant import assistant_schema, parse_assistant_reply, render_reply
+from dagster_project.core.intents.catalog import OOD_TARGET, Catalog, Intent, validate_catalog
+from dagster_project.core.intents.curation import (
+    keep_percentile_sweep,
+    label_dropout_mask,
+    top_percentile_cut,
+    training_conversations,
+    trl_rows,
+)
+from dagster_project.core.intents.evaluation import intent_eval_table
 from dagster_project.core.intents.metrics import QUALITY_SCALES, ambiguity_resolution_score, sdrs, turn_quality
+from dagster_project.core.intents.scoring import (
+    info_task,
+    parse_info_judgments,
+    parse_quality_ratings,
+    quality_task,
+    score_conversations,
+)
+from dagster_project.core.intents.simulation import USER, ConversationSeed, simulate_conversations
+from dagster_project.core.intents.utterances import validate_utterances
+from dagster_project.io.formats.intents import read_utterances
+from dagster_project.io.records import InputFileError, Record
+from dagster_project.llm.chat import ChatResult
 
 NAMES = ["track_order", "cancel_order", "return_item"]
 
@@ -81,33 +108,33 @@ def test_sdrs_missing_inputs_and_bad_shapes():
     ("", "invalid", ""),
 ])
 def test_parse_assistant_plain_text(raw, action, text):
-    r = I.parse_assistant_reply(raw, NAMES)
+    r = parse_assistant_reply(raw, NAMES)
     assert (r.action, r.text) == (action, text)
     assert (r.error is None) == (action != "invalid")
 
 
 def test_parse_assistant_json():
     j = json.dumps
-    assert I.parse_assistant_reply(j({"action": "predict_intent", "intent": "return_item", "question": ""}),
+    assert parse_assistant_reply(j({"action": "predict_intent", "intent": "return_item", "question": ""}),
                                    NAMES).intent == "return_item"
-    q = I.parse_assistant_reply(j({"action": "ask_clarifying_question", "intent": "none", "question": " Which? "}), NAMES)
+    q = parse_assistant_reply(j({"action": "ask_clarifying_question", "intent": "none", "question": " Which? "}), NAMES)
     assert (q.action, q.text) == ("clarify", "Which?")
-    assert I.parse_assistant_reply(j({"action": "out_of_domain", "intent": "none", "question": ""}),
+    assert parse_assistant_reply(j({"action": "out_of_domain", "intent": "none", "question": ""}),
                                    NAMES).action == "out_of_domain"
     # an intent outside the candidate list (e.g. after label dropout), an empty question, an unknown action
-    assert I.parse_assistant_reply(j({"action": "predict_intent", "intent": "pay", "question": ""}), NAMES).action \
+    assert parse_assistant_reply(j({"action": "predict_intent", "intent": "pay", "question": ""}), NAMES).action \
         == "invalid"
-    assert I.parse_assistant_reply(j({"action": "ask_clarifying_question", "intent": "none", "question": ""}),
+    assert parse_assistant_reply(j({"action": "ask_clarifying_question", "intent": "none", "question": ""}),
                                    NAMES).error == "empty clarifying question"
-    assert I.parse_assistant_reply(j({"action": "dance"}), NAMES).action == "invalid"
-    assert I.parse_assistant_reply('{"action": "predict_intent", "intent": "track', NAMES).action == "invalid"
+    assert parse_assistant_reply(j({"action": "dance"}), NAMES).action == "invalid"
+    assert parse_assistant_reply('{"action": "predict_intent", "intent": "track', NAMES).action == "invalid"
 
 
 def test_render_reply_round_trips():
     for raw in ("track_order", "Which one?", "out of domain"):
-        r = I.parse_assistant_reply(raw, NAMES)
-        assert I.parse_assistant_reply(I.render_reply(r, structured=True), NAMES) == r
-        assert I.render_reply(r, structured=False) == r.text
+        r = parse_assistant_reply(raw, NAMES)
+        assert parse_assistant_reply(render_reply(r, structured=True), NAMES) == r
+        assert render_reply(r, structured=False) == r.text
 
 
 # --------------------------------------------------------------------------- input files and quarantine
@@ -126,59 +153,61 @@ def test_read_records_and_quarantine(tmp_path):
                   b'{"text": "return it", "intent": "return_item", "split": "holdout"}\n'
                   b'{"text": "send it back", "intent": "return_item"}\n'
                   b'{"text": "shoes back please"}\n')
-    recs, bad = I.read_records(f)
-    assert [b["_record"] for b in bad] == [3, 4]
-    assert bad[0]["reason"].startswith("malformed JSON") and "got list" in bad[1]["reason"]
-    kept, rej = I.validate_utterances(recs, bad, str(f), NAMES, "out_of_domain", test_fraction=0.0, seed=0)
+    recs = read_utterances(f)
+    kept, quarantine = validate_utterances(recs, str(f), NAMES,
+                                           IntentsConfig(ood_label="out_of_domain", test_fraction=0.0, seed=0))
+    rej = quarantine.frame()
+    assert rej.columns == ["file", "record", "field", "reason", "raw"] and set(rej["file"]) == {f.as_posix()}
     assert kept["text"].to_list() == ["where is my parcel", "cancel it", "fly me to Rome", "send it back"]
     assert kept["split"].to_list() == ["train", "test", "train", "train"]
     assert kept["is_ood"].to_list() == [False, False, True, False]
     reasons = dict(zip(rej["record"].to_list(), rej["reason"].to_list()))
+    assert reasons[3].startswith("malformed JSON") and "got list" in reasons[4]
     assert reasons[5] == "empty text"
     assert reasons[6].startswith("bad encoding")
     assert reasons[7] == "duplicate of record 1"
     assert reasons[8].startswith("unknown intent 'membership'")
     assert reasons[10].startswith("unknown split 'holdout'")
     assert reasons[12] == "missing intent"
+    fields = dict(zip(rej["record"].to_list(), rej["field"].to_list()))
+    assert (fields[3], fields[5], fields[8], fields[10]) == (None, "text", "intent", "split")
     assert kept.height + rej.height == 12  # nothing dropped silently
 
 
 def test_missing_field_names_file_and_field(tmp_path):
     f = tmp_path / "u.csv"
     f.write_text("utterance,label\nhi,track_order\n")
-    recs, bad = I.read_records(f)
-    with pytest.raises(I.InputFileError, match=r"u\.csv: no field 'text'.*utterance"):
-        I.validate_utterances(recs, bad, str(f), NAMES, "ood", 0.3, 0)
-    with pytest.raises(I.InputFileError, match="file not found"):
-        I.read_records(tmp_path / "nope.csv")
-    with pytest.raises(I.InputFileError, match="unsupported format"):
+    with pytest.raises(InputFileError, match=r"u\.csv: no field 'text'.*utterance.*\(params: intents\.dataset\)"):
+        read_utterances(f)
+    with pytest.raises(InputFileError, match="file not found"):
+        read_utterances(tmp_path / "nope.csv")
+    with pytest.raises(InputFileError, match="unsupported file type"):
         (tmp_path / "x.txt").write_text("a")
-        I.read_records(tmp_path / "x.txt")
+        read_utterances(tmp_path / "x.txt")
 
 
 def test_split_assignment_is_seeded_and_stratified():
-    recs = [{"text": f"t{i}", "intent": NAMES[i % 3], "_record": i + 1} for i in range(30)]
-    a, _ = I.validate_utterances(recs, [], "x", NAMES, "ood", 0.3, seed=7)
-    b, _ = I.validate_utterances(recs, [], "x", NAMES, "ood", 0.3, seed=7)
+    recs = [Record("x", i + 1, {"text": f"t{i}", "intent": NAMES[i % 3]}) for i in range(30)]
+    cfg = IntentsConfig(ood_label="ood", test_fraction=0.3, seed=7)
+    a, _ = validate_utterances(recs, "x", NAMES, cfg)
+    b, _ = validate_utterances(recs, "x", NAMES, cfg)
     assert a["split"].to_list() == b["split"].to_list()
     per = a.filter(pl.col("split") == "test").group_by("intent").len()
     assert dict(per.iter_rows()) == {n: 3 for n in NAMES}  # round(0.3 * 10) per intent
 
 
 def test_catalog_validation(tmp_path):
-    recs = [{"name": "track_order", "description": "d", "examples": "a | b", "_record": 1},
-            {"name": "Track-Order", "_record": 2},
-            {"description": "no name", "_record": 3},
-            {"name": "out of domain", "_record": 4},
-            {"name": "cancel_order", "examples": [1, 2], "_record": 5},
-            {"name": "return_item", "_record": 6}]
-    cat = I.validate_catalog(recs, [], "c.jsonl", "out_of_domain")
+    recs = [Record("c.jsonl", i, d) for i, d in enumerate([
+        {"name": "track_order", "description": "d", "examples": "a | b"}, {"name": "Track-Order"},
+        {"description": "no name"}, {"name": "out of domain"}, {"name": "cancel_order", "examples": [1, 2]},
+        {"name": "return_item"}], 1)]
+    cat = validate_catalog(recs, "c.jsonl", "out_of_domain")
     assert cat["kept"].to_list() == [True, False, False, False, False, True]
     assert cat["examples"][0].to_list() == ["a", "b"]
     assert cat["reject_reason"][1].startswith("duplicate intent name")
-    assert I.Catalog.from_frame(cat).names == ["track_order", "return_item"]
-    with pytest.raises(I.InputFileError, match="c.jsonl: no usable intent"):
-        I.validate_catalog([{"description": "x", "_record": 1}], [], "c.jsonl", "ood")
+    assert Catalog.from_frame(cat).names == ["track_order", "return_item"]
+    with pytest.raises(InputFileError, match="c.jsonl: no usable intent"):
+        validate_catalog([Record("c.jsonl", 1, {"description": "x"})], "c.jsonl", "ood")
 
 
 # --------------------------------------------------------------------------- top-percentile cut and sweep
@@ -192,12 +221,12 @@ def _conv(sdrs_values, outcomes=None):
 
 def test_top_percentile_cut_counts_and_ties():
     # 7 scored: ceil(7 * 0.85) = 6 kept. Sorted: c0 .9, c1 .8, c2 .5, c3 .5, c4 .5, c5 .5, c6 .1 -> c0..c5 kept
-    out = I.top_percentile_cut(_conv([0.9, 0.8, 0.5, 0.5, 0.5, 0.5, 0.1]), 85)
+    out = top_percentile_cut(_conv([0.9, 0.8, 0.5, 0.5, 0.5, 0.5, 0.1]), 85)
     assert out.filter(pl.col("kept"))["conversation_id"].to_list() == ["c0", "c1", "c2", "c3", "c4", "c5"]
     assert out["cut_sdrs"][0] == 0.5
     assert out.filter(~pl.col("kept"))["removed_reason"][0] == "below the top 85% by SDRS (cut 0.500)"
     # 65%: ceil(4.55) = 5 kept; the four 0.5 ties are split by conversation_id: c2, c3, c4 in, c5 out
-    out = I.top_percentile_cut(_conv([0.9, 0.8, 0.5, 0.5, 0.5, 0.5, 0.1]), 65)
+    out = top_percentile_cut(_conv([0.9, 0.8, 0.5, 0.5, 0.5, 0.5, 0.1]), 65)
     kept = out.filter(pl.col("kept"))["conversation_id"].to_list()
     assert kept == ["c0", "c1", "c2", "c3", "c4"]
     c5 = out.filter(pl.col("conversation_id") == "c5").row(0, named=True)
@@ -207,17 +236,17 @@ def test_top_percentile_cut_counts_and_ties():
 def test_cut_require_correct_and_unscored():
     conv = _conv([1.0, 0.0, 0.7, None], ["correct", "wrong_intent", "correct", "correct"])
     conv = conv.with_columns(score_status=pl.Series(["ok", "ok", "ok", "judge_parse_error"]))
-    out = I.top_percentile_cut(conv, 100, require_correct=True).sort("conversation_id")
+    out = top_percentile_cut(conv, 100, require_correct=True).sort("conversation_id")
     assert out["kept"].to_list() == [True, False, True, False]
     assert out["removed_reason"].to_list()[1] == "final outcome wrong_intent (require_correct)"
     assert out["removed_reason"].to_list()[3] == "no SDRS (judge_parse_error)"
-    assert I.top_percentile_cut(conv, 100, require_correct=False).sort("conversation_id")["kept"].to_list() \
+    assert top_percentile_cut(conv, 100, require_correct=False).sort("conversation_id")["kept"].to_list() \
         == [True, True, True, False]
 
 
 def test_keep_percentile_sweep_table4_layout():
     conv = _conv([1.0, 0.8, 0.6, 0.4, 0.2, 0.0, 0.0, 0.0, 0.0, 0.0])
-    t = I.keep_percentile_sweep(conv, [100, 90, 85, 65])
+    t = keep_percentile_sweep(conv, [100, 90, 85, 65])
     assert t["n_kept"].to_list() == [10, 9, 9, 7]  # ceil(10 * p / 100)
     assert t["mean_sdrs_kept"].to_list() == pytest.approx([0.3, 3.0 / 9, 3.0 / 9, 3.0 / 7])
     assert t["cut_sdrs"].to_list() == [0.0, 0.0, 0.0, 0.0]
@@ -226,12 +255,12 @@ def test_keep_percentile_sweep_table4_layout():
 # --------------------------------------------------------------------------- label dropout (§2.2.1)
 
 def test_label_dropout_mask_fraction_and_seed():
-    m = I.label_dropout_mask(10, 0.2, seed=3)
-    assert sum(m) == 2 and m == I.label_dropout_mask(10, 0.2, seed=3)
-    assert sum(I.label_dropout_mask(10, 0.25, seed=3)) == 3  # 2.5 rounds half up
-    assert sum(I.label_dropout_mask(9, 0.25, seed=3)) == 2  # 2.25
-    assert sum(I.label_dropout_mask(5, 0.0, seed=3)) == 0 and all(I.label_dropout_mask(4, 1.0, seed=0))
-    seeds = {tuple(I.label_dropout_mask(20, 0.3, seed=s)) for s in range(5)}
+    m = label_dropout_mask(10, 0.2, seed=3)
+    assert sum(m) == 2 and m == label_dropout_mask(10, 0.2, seed=3)
+    assert sum(label_dropout_mask(10, 0.25, seed=3)) == 3  # 2.5 rounds half up
+    assert sum(label_dropout_mask(9, 0.25, seed=3)) == 2  # 2.25
+    assert sum(label_dropout_mask(5, 0.0, seed=3)) == 0 and all(label_dropout_mask(4, 1.0, seed=0))
+    seeds = {tuple(label_dropout_mask(20, 0.3, seed=s)) for s in range(5)}
     assert len(seeds) > 1  # the seed matters
 
 
@@ -246,10 +275,10 @@ def _turns_for(seeds_and_msgs):
 
 
 def test_training_conversations_label_dropout_removes_the_true_intent():
-    cat = I.Catalog(tuple(I.Intent(n, f"about {n}", (f"ex {n}",)) for n in NAMES))
-    una = [I.ConversationSeed(f"u{i}", "unambiguous", f"q{i}", f"text {i}", f"text {i}", NAMES[i % 3],
+    cat = Catalog(tuple(Intent(n, f"about {n}", (f"ex {n}",)) for n in NAMES))
+    una = [ConversationSeed(f"u{i}", "unambiguous", f"q{i}", f"text {i}", f"text {i}", NAMES[i % 3],
                               tuple(NAMES), "train") for i in range(4)]
-    amb = I.ConversationSeed("a0", "ambiguous", "qa", "help", "cancel it", "cancel_order", tuple(NAMES), "train")
+    amb = ConversationSeed("a0", "ambiguous", "qa", "help", "cancel it", "cancel_order", tuple(NAMES), "train")
     turns = _turns_for([(s, [("user", s.first_message), ("assistant", s.true_intent)]) for s in una]
                        + [(amb, [("user", "help"), ("assistant", "Which?"), ("user", "cancel"),
                                  ("assistant", "cancel_order")])])
@@ -259,7 +288,8 @@ def test_training_conversations_label_dropout_removes_the_true_intent():
                          "true_intent": [s.true_intent for s in una] + ["cancel_order"],
                          "outcome": ["correct"] * 5, "n_turns": [1, 1, 1, 1, 2], "sdrs": [1.0, 1.0, 1.0, 1.0, 0.9],
                          "score_status": ["ok"] * 5})
-    out = I.training_conversations(turns, conv, cat, [], 100, True, ood_fraction=0.5, seed=1, examples_per_intent=1)
+    out = training_conversations(turns, conv, cat, [], IntentsConfig(keep_percentile=100, require_correct=True,
+                                                                     ood_fraction=0.5, seed=1, examples_per_intent=1))
     drop = out.filter(pl.col("label_dropout"))
     assert drop.height == 2 and drop["kept"].all()
     for r in drop.iter_rows(named=True):
@@ -267,18 +297,18 @@ def test_training_conversations_label_dropout_removes_the_true_intent():
         assert f"- {r['true_intent']}:" not in system  # really absent from the candidate list
         assert all(f"- {n}:" in system for n in r["candidate_intents"])
         assert [m["role"] for m in r["messages"]] == ["system", "user", "assistant"]
-        assert r["messages"][-1]["content"] == I.OOD_TARGET and r["target"] == I.OOD_TARGET
+        assert r["messages"][-1]["content"] == OOD_TARGET and r["target"] == OOD_TARGET
     a0 = out.filter(pl.col("conversation_id") == "a0").row(0, named=True)
     assert [m["role"] for m in a0["messages"]] == ["system", "user", "assistant", "user", "assistant"]
     assert a0["messages"][-1]["content"] == "cancel_order" and a0["kept"]
-    lines = I.trl_jsonl(out).splitlines()
-    assert len(lines) == 5 and all(list(json.loads(x)) == ["messages"] for x in lines)
+    lines = trl_rows(out)
+    assert len(lines) == 5 and all(list(x) == ["messages"] for x in lines)
 
 
 # --------------------------------------------------------------------------- simulation and scoring with a script
 
 def _catalog():
-    return I.Catalog(tuple(I.Intent(n, f"about {n}", ()) for n in NAMES))
+    return Catalog(tuple(Intent(n, f"about {n}", ()) for n in NAMES))
 
 
 def _script(answers):
@@ -296,14 +326,14 @@ def _script(answers):
 def test_simulation_stops_at_prediction_or_max_turns():
     ask = json.dumps({"action": "ask_clarifying_question", "intent": "none", "question": "Which?"})
     pred = json.dumps({"action": "predict_intent", "intent": "cancel_order", "question": ""})
-    seeds = [I.ConversationSeed("a", "ambiguous", "qa", "help", "cancel my order", "cancel_order", tuple(NAMES),
+    seeds = [ConversationSeed("a", "ambiguous", "qa", "help", "cancel my order", "cancel_order", tuple(NAMES),
                                 "train", "edit", max_turns=2),
-             I.ConversationSeed("b", "ambiguous", "qb", "help", "track it", "track_order", tuple(NAMES), "train",
+             ConversationSeed("b", "ambiguous", "qb", "help", "track it", "track_order", tuple(NAMES), "train",
                                 "edit", max_turns=2)]
     # turn 1: both ask; users reply; turn 2: a predicts cancel_order (correct), b asks again (max turns)
     chat, calls = _script({"assistant": [ask, ask, pred, ask],
                            "user_simulator": ['{"reply": "cancel it"}', '{"reply": "tracking"}']})
-    t = I.simulate_conversations(seeds, chat, _catalog(), [], I.SimulationSettings())
+    t = simulate_conversations(seeds, chat, _catalog(), [], IntentsConfig())
     assert calls == [("assistant", 2), ("user_simulator", 2), ("assistant", 2)]  # one batch per turn
     conv = {r["conversation_id"]: r for r in t.group_by("conversation_id").agg(
         pl.col("outcome", "n_assistant_turns", "llm_calls", "final_prediction").first()).to_dicts()}
@@ -320,7 +350,7 @@ def test_simulation_stops_at_prediction_or_max_turns():
     judge, jcalls = _script({"judge": [
         json.dumps({"judgments": ["not enough", "enough"]}), json.dumps({"judgments": ["not enough", "enough"]}),
         json.dumps({"ratings": [top]}), json.dumps({"ratings": [top, {**top, "relevance": "moderately relevant"}]})]})
-    s = I.score_conversations(t, judge, _catalog(), alpha=0.5)
+    s = score_conversations(t, judge, _catalog(), IntentsConfig(alpha=0.5))
     assert jcalls == [("judge", 2), ("judge", 2)]
     sa = s.filter(pl.col("conversation_id") == "a").sort("assistant_turn")
     assert sa["ars"].to_list() == [1, 1] and sa["A"][0] == 1.0 and sa["R"][0] == 1.0 and sa["sdrs"][0] == 1.0
@@ -331,8 +361,8 @@ def test_simulation_stops_at_prediction_or_max_turns():
 
 
 def test_simulation_failures_are_rows():
-    seeds = [I.ConversationSeed("a", "ambiguous", "qa", "help", "cancel", "cancel_order", tuple(NAMES), "train"),
-             I.ConversationSeed("b", "unambiguous", "qb", "xyz", "xyz", "track_order", tuple(NAMES), "train")]
+    seeds = [ConversationSeed("a", "ambiguous", "qa", "help", "cancel", "cancel_order", tuple(NAMES), "train"),
+             ConversationSeed("b", "unambiguous", "qb", "xyz", "xyz", "track_order", tuple(NAMES), "train")]
     ask = json.dumps({"action": "ask_clarifying_question", "intent": "none", "question": "Which?"})
 
     def chat(role, reqs):
@@ -340,27 +370,55 @@ def test_simulation_failures_are_rows():
             return [ChatResult(texts=[ask], model="m"), ChatResult(texts=["garbage"], model="m")][:len(reqs)]
         return [ChatResult(error="RuntimeError: down", model="m") for _ in reqs]
 
-    t = I.simulate_conversations(seeds, chat, _catalog(), [], I.SimulationSettings())
+    t = simulate_conversations(seeds, chat, _catalog(), [], IntentsConfig())
     out = dict(t.group_by("conversation_id").agg(pl.col("outcome").first()).iter_rows())
     assert out == {"a": "user_error", "b": "invalid_reply"}
     assert t.filter(pl.col("conversation_id") == "a")["status"].to_list() == ["ok", "ok", "llm_error"]
     judge, _ = _script({"judge": []})
-    s = I.score_conversations(t, judge, _catalog(), alpha=0.5).sort("conversation_id")
+    s = score_conversations(t, judge, _catalog(), IntentsConfig(alpha=0.5)).sort("conversation_id")
     assert s["score_status"].to_list() == ["not_scored", "ok"]
     assert s["sdrs"].to_list() == [None, 0.0]  # invalid reply: scored, SDRS 0; A from by-construction info: 0
     assert s["ars"].to_list() == [None, 0]
 
 
 def test_judge_output_parsing():
-    assert I.parse_info_judgments('{"judgments": ["not enough", "Enough information"]}', 2) == ([False, True], None)
-    assert I.parse_info_judgments('{"judgments": ["enough"]}', 2)[1] == "expected 2 judgments, got 1"
-    assert "neither" in I.parse_info_judgments('{"judgments": ["maybe"]}', 1)[1]
+    assert parse_info_judgments('{"judgments": ["not enough", "Enough information"]}', 2) == ([False, True], None)
+    assert parse_info_judgments('{"judgments": ["enough"]}', 2)[1] == "expected 2 judgments, got 1"
+    assert "neither" in parse_info_judgments('{"judgments": ["maybe"]}', 1)[1]
     ok = {"relevance": "Moderately Relevant", "conciseness": "not concise", "repetition": "somewhat repetitive",
           "factuality": "hallucinating", "politeness": "polite"}
-    vals, err = I.parse_quality_ratings(json.dumps({"ratings": [ok]}), 1)
+    vals, err = parse_quality_ratings(json.dumps({"ratings": [ok]}), 1)
     assert err is None and vals == [{"relevance": 0.5, "conciseness": 0.0, "repetition_avoidance": 0.5,
                                      "factuality": 0.0, "politeness": 1.0}]
-    assert I.parse_quality_ratings(json.dumps({"ratings": [{**ok, "politeness": "rude"}]}), 1)[0] is None
+    assert parse_quality_ratings(json.dumps({"ratings": [{**ok, "politeness": "rude"}]}), 1)[0] is None
+
+
+def _replies(texts):
+    """chat() answering every request with the next text; also returns the list of requests it was sent."""
+    queue, sent = list(texts), []
+
+    def chat(role, reqs):
+        sent.extend(reqs)
+        return [ChatResult(texts=[queue.pop(0)], model="m") for _ in reqs]
+
+    return chat, sent
+
+
+def _old_edit_schema(names):
+    """The hand-written schema the edit step always sent (cache key and grammar: must not change)."""
+    reason = {"type": "string", "maxLength": 80}
+    return {"type": "object", "properties": {
+        "modified_query": {"type": "string", "minLength": 5, "maxLength": 160},
+        "potential_intents": {"type": "array", "minItems": 2, "maxItems": 3, "items": {
+            "type": "object", "properties": {"intent": {"type": "string", "enum": names}, "reason": reason},
+            "required": ["intent", "reason"]}}}, "required": ["modified_query", "potential_intents"]}
+
+
+def _old_verify_schema(names):
+    return {"type": "object", "properties": {
+        "ambiguous": {"type": "boolean"},
+        "fitting_intents": {"type": "array", "maxItems": 3, "items": {"type": "string", "enum": names}},
+        "reason": {"type": "string", "maxLength": 80}}, "required": ["ambiguous", "fitting_intents", "reason"]}
 
 
 def test_edit_parsing_rejects_with_reasons():
@@ -376,23 +434,27 @@ def test_edit_parsing_rejects_with_reasons():
                                                                      {"intent": "track_order", "reason": "b"}]},
         {"modified_query": "x"},
     ]
-    res = [ChatResult(texts=[json.dumps(r)], model="m") for r in replies]
-    reqs = I.edit_requests(src, _catalog(), 1, 0.7)
-    out = I.parse_edits(src, reqs, res, NAMES)
+    chat, sent = _replies([json.dumps(r) for r in replies])
+    out = generate_edits(chat, src, _catalog(), IntentsConfig(examples_per_intent=1, generation_temperature=0.7))
+    assert [(r.sampling.temperature, r.sampling.seed, r.sampling.max_tokens) for r in sent] == [
+        (0.7, i, 220) for i in range(5)]
+    assert all(r.json_schema == _old_edit_schema(NAMES) for r in sent)  # the grammar the model always got
     assert out["kept"].to_list() == [True, False, False, False, False]
     assert out["reject_reason"].to_list()[1:4] == ["fewer than two potential intents",
                                                     "the true intent is not among the potential intents",
                                                     "query unchanged"]
     assert out["status"].to_list()[4] == "parse_error"
-    verified = I.apply_verification(out.head(1), [ChatResult(texts=[json.dumps(
-        {"ambiguous": True, "fitting_intents": ["cancel_order"], "reason": "r"})])], NAMES)
+    chat, sent = _replies([json.dumps({"ambiguous": True, "fitting_intents": ["cancel_order"], "reason": "r"})])
+    verified = verify_edits(chat, out.head(1), _catalog())
+    assert sent[0].json_schema == _old_verify_schema(NAMES)
+    assert (sent[0].sampling.temperature, sent[0].sampling.max_tokens) == (0.0, 120)
     assert verified["kept"].to_list() == [False]
     assert verified["reject_reason"].to_list() == ["verifier: fewer than two fitting intents"]
     two = out.head(1).vstack(out.head(1)).vstack(out.head(1))
     verdicts = [{"ambiguous": True, "fitting_intents": ["Track Order", "cancel_order"], "reason": "r"},
                 {"ambiguous": True, "fitting_intents": ["track_order", "return_item"], "reason": "r"},
                 {"ambiguous": False, "fitting_intents": ["track_order", "cancel_order"], "reason": "clear"}]
-    v = I.apply_verification(two, [ChatResult(texts=[json.dumps(x)]) for x in verdicts], NAMES)
+    v = verify_edits(_replies([json.dumps(x) for x in verdicts])[0], two, _catalog())
     assert v["kept"].to_list() == [True, False, False]
     assert v["fitting_intents"][0].to_list() == ["track_order", "cancel_order"]
     assert v["reject_reason"].to_list() == [None, "verifier: the true intent is not among the fitting intents",
@@ -401,7 +463,7 @@ def test_edit_parsing_rejects_with_reasons():
 
 def test_simulation_in_plain_text_mode():
     """structured_output false: no JSON schema is sent and replies follow the paper's plain protocol."""
-    seeds = [I.ConversationSeed("a", "ambiguous", "qa", "help", "cancel my order", "cancel_order", tuple(NAMES),
+    seeds = [ConversationSeed("a", "ambiguous", "qa", "help", "cancel my order", "cancel_order", tuple(NAMES),
                                 "train", "edit", max_turns=3)]
     chat, calls = _script({"assistant": ["Do you want to cancel or track it?", "Cancel_Order"],
                            "user_simulator": ['{"reply": "cancel it"}']})
@@ -411,7 +473,7 @@ def test_simulation_in_plain_text_mode():
         seen.extend(r.json_schema for r in reqs if role == "assistant")
         return chat(role, reqs)
 
-    t = I.simulate_conversations(seeds, spy, _catalog(), [], I.SimulationSettings(structured=False))
+    t = simulate_conversations(seeds, spy, _catalog(), [], IntentsConfig(structured_output=False))
     assert seen == [None, None]
     assert t["outcome"][0] == "correct"
     asst = t.filter(pl.col("speaker") == "assistant")
@@ -436,7 +498,7 @@ def test_intent_eval_table_hand_computed():
         {"subject": "s", "conversation_id": "a1", "kind": "ambiguous", "assistant_turn": 2, "sdrs": 0.5, "ars": 1,
          "relevance": None, "conciseness": None, "repetition_avoidance": None, "factuality": None, "politeness": None},
     ])
-    r = I.intent_eval_table(turns, scores).row(0, named=True)
+    r = intent_eval_table(turns, scores).row(0, named=True)
     assert r["ic_accuracy"] == 0.5 and r["n_unambiguous"] == 2 and r["excluded"] == 1  # the llm_error is excluded
     assert r["sdrs"] == pytest.approx(1.5 / 3)  # per conversation, not per turn
     assert r["ars"] == pytest.approx(3 / 4)  # per assistant turn
@@ -446,17 +508,19 @@ def test_intent_eval_table_hand_computed():
 
 
 def test_lenient_json_and_provided_ambiguous_queries():
-    assert I.parse_json_object('{"reply": "line one\nline two"}') == ({"reply": "line one\nline two"}, None)
-    assert I.parse_json_object("{oops")[0] is None
-    recs = [{"ambiguous_query": "help", "unambiguous_query": "cancel it", "true_intent": "Cancel-Order",
-             "candidate_intents": "cancel_order|track_order", "split": "test", "_record": 1},
-            {"ambiguous_query": "help", "unambiguous_query": "cancel it", "true_intent": "return_item",
-             "candidate_intents": ["cancel_order", "track_order"], "_record": 2},
-            {"ambiguous_query": "help", "unambiguous_query": "", "true_intent": "return_item",
-             "candidate_intents": ["cancel_order", "return_item"], "_record": 3},
-            {"ambiguous_query": "help", "unambiguous_query": "x", "true_intent": "return_item",
-             "candidate_intents": ["return_item", "dance"], "_record": 4}]
-    out = I.validate_provided_ambiguous(recs, [], NAMES)
+    lenient = USER.parse('{"reply": "line one\nline two"}')  # a raw newline inside a JSON string
+    assert lenient.value.reply == "line one\nline two" and lenient.repaired
+    assert USER.parse("{oops").status == "parse_error"
+    recs = [Record("a.jsonl", i, d) for i, d in enumerate([
+        {"ambiguous_query": "help", "unambiguous_query": "cancel it", "true_intent": "Cancel-Order",
+         "candidate_intents": "cancel_order|track_order", "split": "test"},
+        {"ambiguous_query": "help", "unambiguous_query": "cancel it", "true_intent": "return_item",
+         "candidate_intents": ["cancel_order", "track_order"]},
+        {"ambiguous_query": "help", "unambiguous_query": "", "true_intent": "return_item",
+         "candidate_intents": ["cancel_order", "return_item"]},
+        {"ambiguous_query": "help", "unambiguous_query": "x", "true_intent": "return_item",
+         "candidate_intents": ["return_item", "dance"]}], 1)]
+    out = validate_provided_ambiguous(recs, NAMES)
     assert out["kept"].to_list() == [True, False, False, False]
     assert out["true_intent"][0] == "cancel_order" and out["split"][0] == "test"
     assert out["reject_reason"].to_list()[1:] == ["true_intent is not among candidate_intents",
@@ -470,15 +534,24 @@ def test_intent_pair_parsing_two_rows_per_pair():
     plan = pl.DataFrame({"pair_id": ["pair-train-000", "pair-test-001", "pair-test-002"],
                          "split": ["train", "test", "test"], "intent_a": ["cancel_order"] * 3,
                          "intent_b": ["track_order"] * 3})
-    reqs = I.pair_requests(plan, _catalog(), 0.7, seed=5)
-    assert [r.sampling.seed for r in reqs] == [5, 6, 7] and all(r.json_schema == I.PAIR_SCHEMA for r in reqs)
     res = [ChatResult(texts=[json.dumps({"ambiguous_query": "Something about my  order",
                                          "query_for_a": "Cancel my order", "query_for_b": "Where is my order"})],
                       model="m"),
            ChatResult(texts=[json.dumps({"ambiguous_query": "my order", "query_for_a": "My order",
                                          "query_for_b": "where is it"})], model="m"),
            ChatResult(error="RuntimeError: down", model="m")]
-    out = I.parse_pairs(plan, reqs, res).sort("query_id")
+    sent = []
+
+    def chat(role, reqs):
+        sent.extend(reqs)
+        return res[:len(reqs)]
+
+    out = generate_pairs(chat, plan, _catalog(), 0.7, seed=5).sort("query_id")
+    pair_schema = {"type": "object", "properties": {
+        k: {"type": "string", "minLength": 5, "maxLength": 120} for k in ("ambiguous_query", "query_for_a",
+                                                                          "query_for_b")},
+        "required": ["ambiguous_query", "query_for_a", "query_for_b"]}
+    assert [r.sampling.seed for r in sent] == [5, 6, 7] and all(r.json_schema == pair_schema for r in sent)
     assert out.height == 6  # two rows per pair, failures included
     ok = out.filter(pl.col("group_id") == "pair-train-000").sort("query_id")
     assert ok["query_id"].to_list() == ["pair-train-000-a", "pair-train-000-b"]
@@ -496,24 +569,25 @@ def test_intent_pair_parsing_two_rows_per_pair():
 
 def test_cut_never_keeps_a_conversation_without_a_final_prediction():
     conv = _conv([0.0, 0.0, 0.0, 1.0], ["max_turns", "invalid_reply", "wrong_intent", "correct"])
-    out = I.top_percentile_cut(conv, 100, require_correct=False).sort("conversation_id")
+    out = top_percentile_cut(conv, 100, require_correct=False).sort("conversation_id")
     assert out["kept"].to_list() == [False, False, True, True]  # wrong intent allowed only without require_correct
     assert out["removed_reason"].to_list()[:2] == ["no final prediction (outcome max_turns)",
                                                    "no final prediction (outcome invalid_reply)"]
 
 
 def test_label_dropout_true_intent_absent_from_the_whole_system_prompt():
-    cat = I.Catalog(tuple(I.Intent(n, f"about {n.replace('_', ' ')}", (f"ex {i}",)) for i, n in enumerate(NAMES)))
+    cat = Catalog(tuple(Intent(n, f"about {n.replace('_', ' ')}", (f"ex {i}",)) for i, n in enumerate(NAMES)))
     demos = [[{"role": "user", "content": "where is my stuff"}, {"role": "assistant", "content": "track_order"}],
              [{"role": "user", "content": "stop it"}, {"role": "assistant", "content": "cancel_order"}]]
-    seeds = [I.ConversationSeed(f"u{i}", "unambiguous", f"q{i}", f"text {i}", f"text {i}", "track_order",
+    seeds = [ConversationSeed(f"u{i}", "unambiguous", f"q{i}", f"text {i}", f"text {i}", "track_order",
                                 tuple(NAMES), "train") for i in range(2)]
     turns = _turns_for([(s, [("user", s.first_message), ("assistant", "track_order")]) for s in seeds])
     conv = pl.DataFrame({"conversation_id": ["u0", "u1"], "kind": ["unambiguous"] * 2, "method": [None, None],
                          "split": ["train"] * 2, "query_id": ["q0", "q1"], "true_intent": ["track_order"] * 2,
                          "outcome": ["correct"] * 2, "n_turns": [1, 1], "sdrs": [1.0, 1.0], "score_status": ["ok"] * 2})
-    out = I.training_conversations(turns, conv, cat, demos, 100, True, ood_fraction=1.0, seed=0,
-                                   examples_per_intent=1)
+    out = training_conversations(turns, conv, cat, demos, IntentsConfig(keep_percentile=100, require_correct=True,
+                                                                        ood_fraction=1.0, seed=0,
+                                                                        examples_per_intent=1))
     assert out["label_dropout"].all()
     for r in out.iter_rows(named=True):
         system = r["messages"][0]["content"]
@@ -521,7 +595,9 @@ def test_label_dropout_true_intent_absent_from_the_whole_system_prompt():
         assert "cancel_order" in system and "stop it" in system  # the other demo stays
         assert "where is my stuff" not in system
     # without dropout the same prompt does list it, and shows its demo
-    kept = I.training_conversations(turns, conv, cat, demos, 100, True, 0.0, 0, 1)
+    kept = training_conversations(turns, conv, cat, demos, IntentsConfig(keep_percentile=100, require_correct=True,
+                                                                         ood_fraction=0.0, seed=0,
+                                                                         examples_per_intent=1))
     assert "track_order" in kept["messages"][0][0]["content"] and "where is my stuff" in kept["messages"][0][0][
         "content"]
 
@@ -531,22 +607,60 @@ def test_ood_conversations_may_ask_before_saying_out_of_domain():
     ood = json.dumps({"action": "out_of_domain", "intent": "none", "question": ""})
     pred_true = json.dumps({"action": "predict_intent", "intent": "track_order", "question": ""})
     cands = [n for n in NAMES if n != "track_order"]
-    seeds = [I.ConversationSeed("o", "ood", "u1", "book a flight", "book a flight", I.OOD_TARGET, tuple(NAMES),
+    seeds = [ConversationSeed("o", "ood", "u1", "book a flight", "book a flight", OOD_TARGET, tuple(NAMES),
                                 "test", max_turns=3),
-             I.ConversationSeed("d", "ood_dropout", "u2", "where is my parcel", "where is my parcel", I.OOD_TARGET,
+             ConversationSeed("d", "ood_dropout", "u2", "where is my parcel", "where is my parcel", OOD_TARGET,
                                 tuple(cands), "test", max_turns=3)]
     chat, calls = _script({"assistant": [ask, pred_true, ood], "user_simulator": ['{"reply": "a flight to Rome"}']})
-    t = I.simulate_conversations(seeds, chat, _catalog(), [], I.SimulationSettings())
+    t = simulate_conversations(seeds, chat, _catalog(), [], IntentsConfig())
     conv = {r["conversation_id"]: r for r in t.group_by("conversation_id").agg(
         pl.col("outcome", "n_assistant_turns", "final_prediction").first()).to_dicts()}
     assert conv["o"] == {"conversation_id": "o", "outcome": "correct", "n_assistant_turns": 2,
-                         "final_prediction": I.OOD_TARGET}
+                         "final_prediction": OOD_TARGET}
     # label dropout: the true intent is not a candidate, so predicting it is an unusable reply, not a success
     assert conv["d"]["outcome"] == "invalid_reply" and conv["d"]["final_prediction"] is None
-    tab = I.intent_eval_table(t.with_columns(subject=pl.lit("s")),
+    tab = intent_eval_table(t.with_columns(subject=pl.lit("s")),
                               pl.DataFrame(schema={"subject": pl.Utf8, "kind": pl.Utf8, **{
                                   c: pl.Float64 for c in ("sdrs", "ars", "relevance", "conciseness",
                                                           "repetition_avoidance", "factuality", "politeness")},
                                   "assistant_turn": pl.Int64, "conversation_id": pl.Utf8})).row(0, named=True)
     assert (tab["ood_accuracy"], tab["ood_dropout_accuracy"]) == (1.0, 0.0)
     assert tab["mean_turns_ood"] == 1.5
+
+
+# --------------------------------------------------------------------------- redesign: LLMTask steps
+
+def test_reply_schemas_are_the_hand_written_ones():
+    """The JSON schemas are part of the cache key and the llama.cpp grammar: the reply models must reproduce them."""
+    assistant = {"type": "object", "properties": {
+        "action": {"type": "string", "enum": ["predict_intent", "ask_clarifying_question", "out_of_domain"]},
+        "intent": {"type": "string", "enum": ["a", "b", "none"]}, "question": {"type": "string", "maxLength": 120}},
+        "required": ["action", "intent", "question"]}
+    assert assistant_schema(("a", "b")) == assistant
+    assert assistant_schema(("a",))["properties"]["intent"] == {"type": "string", "enum": ["a", "none"]}
+    assert USER.schema == {"type": "object", "properties": {"reply": {"type": "string", "minLength": 2,
+                                                                      "maxLength": 120}}, "required": ["reply"]}
+    assert info_task(3).schema == {"type": "object", "properties": {"judgments": {
+        "type": "array", "minItems": 3, "maxItems": 3, "items": {"type": "string", "enum": ["enough", "not enough"]}}},
+        "required": ["judgments"]}
+    keys = {"relevance": "relevance", "conciseness": "conciseness", "repetition": "repetition_avoidance",
+            "factuality": "factuality", "politeness": "politeness"}
+    item = {"type": "object", "properties": {k: {"type": "string", "enum": list(QUALITY_SCALES[n])}
+                                             for k, n in keys.items()}, "required": list(keys)}
+    assert quality_task(2).schema == {"type": "object", "properties": {"ratings": {
+        "type": "array", "minItems": 2, "maxItems": 2, "items": item}}, "required": ["ratings"]}
+    assert (info_task(3).sampling, quality_task(2).sampling) == ({"temperature": 0.0, "max_tokens": 64},
+                                                                 {"temperature": 0.0, "max_tokens": 240})
+
+
+def test_repaired_replies_are_counted_per_row():
+    """Lenient JSON recovery (a raw newline inside a string) is flagged on the rows that needed it."""
+    seeds = [ConversationSeed("a", "ambiguous", "qa", "help", "cancel my order", "cancel_order", tuple(NAMES),
+                              "train", "edit", max_turns=2)]
+    ask = '{"action": "ask_clarifying_question", "intent": "none", "question": "Which\none?"}'
+    pred = json.dumps({"action": "predict_intent", "intent": "cancel_order", "question": ""})
+    chat, _ = _script({"assistant": [ask, pred], "user_simulator": ['{"reply": "cancel\nit"}']})
+    t = simulate_conversations(seeds, chat, _catalog(), [], IntentsConfig())
+    assert t["repaired"].to_list() == [None, True, True, False]
+    assert t["text"].to_list() == ["help", "Which one?", "cancel it", "cancel_order"]
+    assert t["outcome"][0] == "correct"

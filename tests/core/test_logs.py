@@ -1,6 +1,6 @@
 """core/logs.py: format detection, streaming reads, every quarantine reason, the prefilter, extraction parsing."""
 
-import datetime as dt
+from datetime import UTC, date, datetime
 import gzip
 import json
 from pathlib import Path
@@ -8,22 +8,24 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from dagster_project.config import LogsConfig
+from dagster_project.core.clarilm.extraction import EXTRACT, extract, parse_extraction
+from dagster_project.core.clarilm.logs import ledger, load_logs, log_dates, pass_rate, prefilter, read_logs
+from dagster_project.io.formats.chat_logs import expand_paths
+from dagster_project.io.records import InputFileError
 from dagster_project.llm.chat import ChatResult
-from dagster_project.core.clarilm.logs import (
-    EXTRACTION_SCHEMA,
-    LogFormatError,
-    LogReadConfig,
-    expand_paths,
-    extraction_requests,
-    ledger,
-    load_logs,
-    log_dates,
-    parse_extraction,
-    parse_extractions,
-    pass_rate,
-    prefilter,
-    read_logs,
-)
+
+EXTRACTION_SCHEMA = {  # the schema sent before the move to LLMTask: part of the cache key, must not change
+    "type": "object",
+    "properties": {
+        "is_clarification": {"type": "boolean"},
+        "query": {"type": "string", "maxLength": 300},
+        "clarifying_question": {"type": "string", "maxLength": 300},
+        "refined_query": {"type": "string", "maxLength": 300},
+        "facet": {"type": "string", "maxLength": 80},
+    },
+    "required": ["is_clarification", "query", "clarifying_question", "refined_query", "facet"],
+}
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,8 +51,14 @@ def _jsonl(path: Path, records, gz=False) -> Path:
     return path
 
 
-def _read(paths, **cfg):
-    return load_logs([Path(p) for p in paths], LogReadConfig(default_log_date=dt.date(2024, 1, 1), **cfg))
+def _read(paths, partition_date=None, **cfg):
+    cfg = LogsConfig(**({"default_log_date": "2024-01-01"} | cfg))
+    return load_logs([Path(p) for p in paths], cfg, partition_date)
+
+
+def _codes(rejected):
+    """The reason codes of quarantine rows (a reason is `code: detail`)."""
+    return [r.split(":")[0] for r in rejected["reason"]]
 
 
 # --------------------------------------------------------------------------- formats
@@ -62,7 +70,7 @@ def test_sharegpt_json_array(tmp_path):
     assert rej.height == 0 and stats.files == {p.as_posix(): "sharegpt"}
     assert turns.select("conversation_id", "turn_index", "role").rows() == [
         ("s1", 0, "user"), ("s1", 1, "assistant"), ("s2", 0, "user"), ("s2", 1, "assistant"), ("s2", 2, "user")]
-    assert set(turns["log_date"]) == {dt.date(2024, 1, 1)}  # no timestamp: logs.default_log_date
+    assert set(turns["log_date"]) == {date(2024, 1, 1)}  # no timestamp: logs.default_log_date
     assert turns["language"].is_null().all()
 
 
@@ -70,9 +78,9 @@ def test_wildchat_gzip_jsonl_with_timestamp_and_language(tmp_path):
     p = _jsonl(tmp_path / "w.jsonl.gz", [_wc("w1", "hola", "hi", ts="2024-05-03T23:30:00Z", language="Spanish")], gz=True)
     turns, rej, stats = _read([p])
     assert stats.files[p.as_posix()] == "wildchat"
-    assert turns["log_date"].to_list() == [dt.date(2024, 5, 3)] * 2
+    assert turns["log_date"].to_list() == [date(2024, 5, 3)] * 2
     assert turns["language"].to_list() == ["Spanish"] * 2
-    assert turns["timestamp"][0] == dt.datetime(2024, 5, 3, 23, 30, tzinfo=dt.UTC)
+    assert turns["timestamp"][0] == datetime(2024, 5, 3, 23, 30, tzinfo=UTC)
 
 
 def test_openai_jsonl_keeps_system_turn_and_epoch_time(tmp_path):
@@ -80,7 +88,7 @@ def test_openai_jsonl_keeps_system_turn_and_epoch_time(tmp_path):
     turns, _, stats = _read([_jsonl(tmp_path / "o.jsonl", [rec])])
     assert stats.files[(tmp_path / "o.jsonl").as_posix()] == "openai"
     assert turns["role"].to_list() == ["system", "user", "assistant"]
-    assert turns["log_date"][0] == dt.date(2024, 5, 2)
+    assert turns["log_date"][0] == date(2024, 5, 2)
 
 
 def test_parquet_with_wildchat_fields(tmp_path):
@@ -130,18 +138,21 @@ def test_every_quarantine_reason(tmp_path):
     ]
     p = _jsonl(tmp_path / "w.jsonl", recs)
     turns, rej, stats = _read([p], max_message_chars=100)
-    by_id = {r["record_index"]: (r["reason"], r["field"]) for r in rej.to_dicts()}
-    assert by_id == {
-        1: ("invalid_json", None), 2: ("not_utf8", None), 3: ("wrong_type", "conversation"),
-        4: ("wrong_type", None), 5: ("missing_field", "conversation"), 6: ("missing_role", "conversation[0].role"),
-        7: ("unknown_role", "conversation[0].role"), 8: ("empty_text", "conversation[0].content"),
-        9: ("wrong_type", "conversation[0].content"), 10: ("oversized_message", "conversation[0].content"),
-        11: ("no_user_turn", "conversation"), 12: ("wrong_type", "timestamp"),
-        13: ("duplicate_conversation_id", "id"),
+    assert rej.columns == ["file", "record", "field", "reason", "raw"]  # the io.records Quarantine
+    by_line = {r["record"]: (r["reason"].split(":")[0], r["field"]) for r in rej.to_dicts()}
+    assert by_line == {  # 1-based line numbers (line 1 is the good record)
+        2: ("invalid_json", None), 3: ("not_utf8", None), 4: ("wrong_type", "conversation"),
+        5: ("wrong_type", None), 6: ("missing_field", "conversation"), 7: ("missing_role", "conversation[0].role"),
+        8: ("unknown_role", "conversation[0].role"), 9: ("empty_text", "conversation[0].content"),
+        10: ("wrong_type", "conversation[0].content"), 11: ("oversized_message", "conversation[0].content"),
+        12: ("no_user_turn", "conversation"), 13: ("wrong_type", "timestamp"),
+        14: ("duplicate_conversation_id", "id"),
     }
+    assert rej.filter(pl.col("record") == 11)["reason"][0] == (
+        "oversized_message: 101 characters > logs.max_message_chars=100")  # the detail follows the code
     assert set(turns["conversation_id"]) == {"ok"}
     assert stats.records_read == 14 == stats.conversations_kept + stats.records_rejected
-    assert "caf" in rej.filter(pl.col("reason") == "not_utf8")["raw"][0]  # raw kept for inspection
+    assert "caf" in rej.filter(pl.col("reason").str.starts_with("not_utf8"))["raw"][0]  # raw kept for inspection
 
 
 def test_duplicate_ids_across_files_first_wins(tmp_path):
@@ -149,7 +160,7 @@ def test_duplicate_ids_across_files_first_wins(tmp_path):
     b = _jsonl(tmp_path / "b.jsonl", [_wc("same", "second", "y")])
     turns, rej, _ = _read([a, b])
     assert turns.filter(pl.col("turn_index") == 0)["text"].to_list() == ["first"]
-    assert rej.select("source", "reason").rows() == [(b.as_posix(), "duplicate_conversation_id")]
+    assert rej["file"].to_list() == [b.as_posix()] and _codes(rej) == ["duplicate_conversation_id"]
 
 
 def test_broken_json_array_rejects_the_rest_without_crashing(tmp_path):
@@ -157,27 +168,36 @@ def test_broken_json_array_rejects_the_rest_without_crashing(tmp_path):
     p.write_text(json.dumps([_sg("s1", "q", "a")])[:-1] + ', {"id": "s2", "conversations": [')
     turns, rej, stats = _read([p])
     assert set(turns["conversation_id"]) == {"s1"}
-    assert rej.select("record_index", "reason").rows() == [(1, "invalid_json")]
+    assert rej["record"].to_list() == [2] and _codes(rej) == ["invalid_json"]  # item 2 of the array
     assert stats.records_read == 2
 
 
 def test_unknown_layout_is_an_error_naming_file_and_record(tmp_path):
     p = _jsonl(tmp_path / "odd.jsonl", [b"{oops", {"text": "hello", "author": "me"}])
-    with pytest.raises(LogFormatError, match=r"odd\.jsonl: record 1: cannot tell the log format.*'author', 'text'"):
+    with pytest.raises(InputFileError, match=r"odd\.jsonl, record 2: cannot tell the log format.*'author', 'text'"):
         _read([p])
+
+
+def test_a_first_record_that_is_not_an_object_is_quarantined_not_fatal(tmp_path):
+    """It used to stop the whole read with "cannot tell the log format"; the next record tells the format."""
+    p = tmp_path / "a.json"
+    p.write_text(json.dumps([["not", "an", "object"], _sg("ok", "q?", "a")]))
+    turns, rej, stats = _read([p])
+    assert stats.files == {p.as_posix(): "sharegpt"} and set(turns["conversation_id"]) == {"ok"}
+    assert rej.select("record", "field").rows() == [(1, None)] and _codes(rej) == ["wrong_type"]
 
 
 def test_path_patterns(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
-    with pytest.raises(LogFormatError, match="matched no files"):
+    with pytest.raises(InputFileError, match="matched no files"):
         expand_paths(["*.jsonl"], tmp_path)
-    with pytest.raises(LogFormatError, match=r"notes\.txt: unsupported file type"):
+    with pytest.raises(InputFileError, match=r"notes\.txt: unsupported file type.*\(params: logs.paths\)"):
         expand_paths(["*.txt"], tmp_path)
 
 
 def test_reading_streams_in_bounded_batches(tmp_path):
     p = _jsonl(tmp_path / "many.jsonl", [_wc(f"c{i}", "q", "a") for i in range(7)] + [b"{bad"])
-    frames = list(read_logs([p], LogReadConfig(batch_size=3)))
+    frames = list(read_logs([p], LogsConfig(read_batch_size=3)))
     assert [t.height for t, _ in frames] == [6, 6, 2]  # 3 + 3 + 2 records (the last one rejected)
     assert [r.height for _, r in frames] == [0, 0, 1]
 
@@ -188,7 +208,7 @@ def _turns(*convs):
     rows = []
     for cid, turns in convs:
         rows += [{"conversation_id": cid, "turn_index": i, "role": r, "text": t, "source": "f",
-                  "source_format": "wildchat", "language": None, "log_date": dt.date(2024, 1, 1)}
+                  "source_format": "wildchat", "language": None, "log_date": date(2024, 1, 1)}
                  for i, (r, t) in enumerate(turns)]
     return pl.DataFrame(rows)
 
@@ -224,7 +244,7 @@ def test_prefilter_keeps_order_within_conversation_when_input_is_shuffled():
 # --------------------------------------------------------------------------- extraction
 
 CAND = {"candidate_id": "c1:1", "conversation_id": "c1", "turn_index": 1, "source": "f",
-        "log_date": dt.date(2024, 1, 1), "query": "Plan a trip.", "clarifying_question": "Where to?",
+        "log_date": date(2024, 1, 1), "query": "Plan a trip.", "clarifying_question": "Where to?",
         "reply": "Japan, ten days."}
 
 
@@ -259,14 +279,16 @@ def test_parse_extraction_garbage(raw):
 
 def test_extraction_requests_and_results_table():
     cands = pl.DataFrame([CAND, CAND | {"candidate_id": "c2:1", "conversation_id": "c2"}])
-    reqs = extraction_requests(cands)
-    user = reqs[0].messages[-1]["content"]
-    assert 'q_i: "Plan a trip."' in user and 'q_next: "Japan, ten days."' in user
-    assert user.count("facet:") >= 3  # the three positive demonstrations name a facet
-    assert reqs[0].json_schema == EXTRACTION_SCHEMA and reqs[0].prompt_version.startswith("clarilm_extract")
+    sent = []
     results = [ChatResult(texts=['{"is_clarification": true, "facet": "where"}'], model="m"),
                ChatResult(texts=[""], error="RuntimeError: down", model="m")]
-    out = parse_extractions(cands, reqs, results)
+    out = extract(lambda role, reqs: sent.extend(reqs) or results, cands)
+    user = sent[0].messages[-1]["content"]
+    assert 'q_i: "Plan a trip."' in user and 'q_next: "Japan, ten days."' in user
+    assert user.count("facet:") >= 3  # the three positive demonstrations name a facet
+    assert sent[0].json_schema == EXTRACTION_SCHEMA == EXTRACT.schema
+    assert sent[0].prompt_version.startswith("clarilm_extract")
+    assert (sent[0].sampling.temperature, sent[0].sampling.max_tokens) == (0.0, 256)
     assert out["status"].to_list() == ["ok", "llm_error"]
     assert out["kept"].to_list() == [True, False]
     assert out["raw_output"].to_list() == ['{"is_clarification": true, "facet": "where"}', None]
@@ -286,17 +308,17 @@ def _days_file(tmp_path):
 
 def test_a_partition_keeps_only_its_day_and_reconciles(tmp_path):
     p = _days_file(tmp_path)
-    turns, rej, stats = _read([p], partition_date=dt.date(2024, 5, 2))
-    assert set(turns["conversation_id"]) == {"b"} and set(turns["log_date"]) == {dt.date(2024, 5, 2)}
-    assert rej["reason"].to_list() == ["duplicate_conversation_id"] and rej["log_date"][0] == dt.date(2024, 5, 2)
+    turns, rej, stats = _read([p], partition_date=date(2024, 5, 2))
+    assert set(turns["conversation_id"]) == {"b"} and set(turns["log_date"]) == {date(2024, 5, 2)}
+    assert _codes(rej) == ["duplicate_conversation_id"] and rej["record"].to_list() == [4]  # "a" again, on 05-02
     assert stats.records_read == 2 == stats.conversations_kept + stats.records_rejected
     assert stats.other_dates == 3 and stats.read_by_source == {p.as_posix(): 2}
-    assert stats.dates == {dt.date(2024, 5, 1): 1, dt.date(2024, 1, 1): 2, dt.date(2024, 5, 2): 2}
+    assert stats.dates == {date(2024, 5, 1): 1, date(2024, 1, 1): 2, date(2024, 5, 2): 2}
 
 
 def test_partitions_together_read_every_record_once(tmp_path):
     p = _days_file(tmp_path)
-    days = log_dates([p], LogReadConfig(default_log_date=dt.date(2024, 1, 1)))
+    days = log_dates([p], LogsConfig(default_log_date="2024-01-01"))
     assert sum(days.values()) == 5
     seen = []
     for day in days:
@@ -304,11 +326,11 @@ def test_partitions_together_read_every_record_once(tmp_path):
         book = ledger(stats, day, turns, rej)
         assert book.select("records_read", "conversations_kept", "records_rejected").row(0) == (
             stats.records_read, turns["record_index"].n_unique(), rej.height)
-        seen += turns["record_index"].unique().to_list() + rej["record_index"].to_list()
+        seen += turns["record_index"].unique().to_list() + [r - 1 for r in rej["record"]]  # 0-based vs lines
     assert sorted(seen) == [0, 1, 2, 3, 4]
 
 
 def test_ledger_of_a_day_without_records_is_empty(tmp_path):
     p = _days_file(tmp_path)
-    turns, rej, stats = _read([p], partition_date=dt.date(2024, 6, 1))
-    assert turns.height == rej.height == 0 and ledger(stats, dt.date(2024, 6, 1), turns, rej).height == 0
+    turns, rej, stats = _read([p], partition_date=date(2024, 6, 1))
+    assert turns.height == rej.height == 0 and ledger(stats, date(2024, 6, 1), turns, rej).height == 0

@@ -1,38 +1,59 @@
 """core/questions.py: Q^L extraction and rules, LLM filter parsing, persona/seed files, Q^G plan and dedup."""
 
-import datetime as dt
+from datetime import date
 import json
 
 import numpy as np
 import polars as pl
 import pytest
 
-from dagster_project.llm.chat import ChatResult
-from dagster_project.core.clarilm.questions import (
-    apply_dedup,
-    apply_transforms,
+from dagster_project.core.clarilm.question_generation import (
+    GENERATE,
+    TRANSFORM,
     dedup_against,
-    first_questions,
-    llm_reason,
+    generate,
     load_personas,
     load_seed_questions,
-    looks_english,
-    parse_qg,
-    parse_ql_filter,
     qg_plan,
-    qg_requests,
-    ql_filter_requests,
-    ql_rules,
     split_counts,
-    transform_requests,
+    transform,
 )
+from dagster_project.core.clarilm.questions import (
+    QL_FILTER,
+    apply_dedup,
+    first_questions,
+    llm_reason,
+    looks_english,
+    ql_filter,
+    ql_rules,
+)
+from dagster_project.llm.chat import ChatResult
+
+# the schemas sent before the move to LLMTask: part of the cache key, must not change
+QL_FILTER_SCHEMA = {"type": "object", "properties": {"context_independent": {"type": "boolean"},
+                                                     "well_formed": {"type": "boolean"},
+                                                     "reason": {"type": "string", "maxLength": 160}},
+                    "required": ["context_independent", "well_formed", "reason"]}
+QG_SCHEMA = {"type": "object", "required": ["topic", "question"],
+             "properties": {"topic": {"type": "string", "maxLength": 60},
+                            "question": {"type": "string", "maxLength": 300}}}
+TRANSFORM_SCHEMA = {"type": "object", "properties": {"question": {"type": "string", "maxLength": 400}},
+                    "required": ["question"]}
+
+
+def chat_with(*results):
+    """chat(role, requests) answering with `results` in order; `chat.sent` holds the requests."""
+    answers = iter(results)
+    chat = lambda role, reqs: chat.sent.extend(reqs) or [next(answers) for _ in reqs]  # noqa: E731
+    chat.sent = []
+    return chat
 
 
 def _raw(*convs):
     rows = []
     for cid, turns, lang in convs:
         rows += [{"conversation_id": cid, "turn_index": i, "role": r, "text": t, "language": lang,
-                  "log_date": dt.date(2024, 1, 1), "source": "f"} for i, (r, t) in enumerate(turns)]
+                  "log_date": date(2024, 1, 1), "source": "f"} for i, (r, t) in enumerate(turns)]
     return pl.DataFrame(rows)
 
 
@@ -79,16 +100,18 @@ def test_first_questions_and_rules():
 
 def test_ql_filter_parsing_and_reasons():
     rows = pl.DataFrame({"question": ["q1", "q2", "q3", "q4", "q5"]})
-    reqs = ql_filter_requests(rows)
-    assert '"q1"' in reqs[0].messages[-1]["content"] and reqs[0].json_schema["required"][0] == "context_independent"
-    results = [
+    chat = chat_with(
         ChatResult(texts=['{"context_independent": true, "well_formed": true, "reason": "fine"}'], model="m"),
         ChatResult(texts=['{"context_independent": false, "well_formed": true, "reason": "refers back"}'], model="m"),
         ChatResult(texts=['{"context_independent": true, "well_formed": false, "reason": "cut off"}'], model="m"),
         ChatResult(texts=['{"context_independent": "yes"}'], model="m"),
         ChatResult(texts=[""], error="TimeoutError", model="m"),
-    ]
-    parsed = parse_ql_filter(results, reqs)
+    )
+    parsed = ql_filter(chat, rows)
+    reqs = chat.sent
+    assert '"q1"' in reqs[0].messages[-1]["content"] and reqs[0].json_schema["required"][0] == "context_independent"
+    assert reqs[0].json_schema == QL_FILTER_SCHEMA == QL_FILTER.schema
+    assert (reqs[0].sampling.temperature, reqs[0].sampling.max_tokens) == (0.0, 120)
     assert parsed["status"].to_list() == ["ok", "ok", "ok", "parse_error", "llm_error"]
     reasons = parsed.with_columns(r=llm_reason())["r"].to_list()
     assert reasons == [None, "context_dependent", "not_well_formed", "parse_error", "llm_error"]
@@ -110,7 +133,7 @@ def test_personas_and_seed_files(tmp_path):
     p.write_text('{"persona_id": "a", "description": "A cook."}\n\n{"persona_id": "b", "description": "A pilot."}\n')
     assert load_personas(p)["persona_id"].to_list() == ["a", "b"]
     p.write_text('{"persona_id": "a", "description": "A cook."}\n{"persona_id": "b"}\n')
-    with pytest.raises(ValueError, match=r"p\.jsonl:2: field 'description'"):
+    with pytest.raises(ValueError, match=r"p\.jsonl, record 2, field 'description'"):
         load_personas(p)
     p.write_text('{"persona_id": "a", "description": "x"}\n{"persona_id": "a", "description": "y"}\n')
     with pytest.raises(ValueError, match="duplicate persona_id"):
@@ -121,7 +144,7 @@ def test_personas_and_seed_files(tmp_path):
     j.write_text('{"question": "Find a dentist"}\n')
     assert load_seed_questions([str(t), str(j)]) == ["How tall is Everest?", "Book a flight", "Find a dentist"]
     j.write_text('{"text": "no question field"}\n')
-    with pytest.raises(ValueError, match=r"s\.jsonl:1: field 'question'"):
+    with pytest.raises(ValueError, match=r"s\.jsonl, record 1, field 'question'"):
         load_seed_questions([str(j)])
 
 
@@ -141,17 +164,19 @@ def test_qg_plan_requests_and_parsing():
         ("enrich", 1), ("keep", 8), ("simplify", 1)]
     assert all(len(d) == 2 and set(d) <= {"d1", "d2", "d3", "d4"} for d in plan["demos"])
     assert plan.equals(qg_plan(personas, 2, 5, ["d1", "d2", "d3", "d4"], 2, (0.8, 0.1, 0.1), seed=1))
-    reqs = qg_requests(plan, 0.9)
+    chat = chat_with(*[ChatResult(texts=[json.dumps({"topic": "t", "question": f"question {i}"})], model="m")
+                       for i in range(9)], ChatResult(texts=["nope"], model="m"))
+    rows = generate(chat, plan, 0.9)
+    reqs = chat.sent
     assert "A nurse." in reqs[0].messages[-1]["content"] and "- d" in reqs[0].messages[-1]["content"]
     assert len({r.sampling.seed for r in reqs}) == 10  # distinct seeds: no 10 identical samples
-    results = [ChatResult(texts=[json.dumps({"topic": "t", "question": f"question {i}"})], model="m")
-               for i in range(9)] + [ChatResult(texts=["nope"], model="m")]
-    rows = parse_qg(plan, reqs, results)
+    assert reqs[0].json_schema == QG_SCHEMA == GENERATE.schema
+    assert (reqs[3].sampling.temperature, reqs[3].sampling.seed, reqs[3].sampling.max_tokens) == (0.9, 3, 160)
     assert rows["status"].to_list() == ["ok"] * 9 + ["parse_error"]
     todo = rows.filter((pl.col("status") == "ok") & (pl.col("transformation") != "keep"))
-    treqs = transform_requests(todo)
-    tres = [ChatResult(texts=['{"question": "rewritten"}'], model="m") for _ in treqs]
-    out = apply_transforms(rows, todo["qg_id"].to_list(), treqs, tres)
+    tchat = chat_with(*[ChatResult(texts=['{"question": "rewritten"}'], model="m")] * todo.height)
+    out = transform(tchat, rows)
+    assert len(tchat.sent) == todo.height and tchat.sent[0].json_schema == TRANSFORM_SCHEMA == TRANSFORM.schema
     changed = out.filter(pl.col("transform_status") == "ok")
     assert changed["question"].to_list() == ["rewritten"] * todo.height
     assert (changed["original_question"] != changed["question"]).all()
@@ -160,10 +185,12 @@ def test_qg_plan_requests_and_parsing():
 
 
 def test_transform_failure_keeps_the_original():
-    rows = pl.DataFrame({"qg_id": ["g1"], "original_question": ["Fix my bike"], "transformation": ["enrich"]})
-    req = transform_requests(rows)
-    assert "Add one or two concrete details" in req[0].messages[-1]["content"]
-    out = apply_transforms(rows, ["g1"], req, [ChatResult(texts=["{}"], model="m")])
+    rows = pl.DataFrame({"qg_id": ["g1"], "original_question": ["Fix my bike"], "transformation": ["enrich"],
+                         "status": ["ok"]})
+    chat = chat_with(ChatResult(texts=["{}"], model="m"))
+    out = transform(chat, rows)
+    assert "Add one or two concrete details" in chat.sent[0].messages[-1]["content"]
+    assert (chat.sent[0].sampling.temperature, chat.sent[0].sampling.max_tokens) == (0.7, 200)
     assert (out["question"][0], out["transform_status"][0]) == ("Fix my bike", "parse_error")
 
 

@@ -168,5 +168,6 @@ def test_rows_follow_query_then_persona_order_across_batches():
     assert sorted(sent) == [2, 4]
     assert df["dialogue_id"].unique(maintain_order=True).to_list() == [
         f"{q}-{p.key}" for q in ("lexical-000", "scope-001") for p in personas]
-    assert df.filter(pl.col("query_id") == "scope-001", pl.col("turn") == 1)["user_utterance"].to_list() == ["Fix it."] * 3
+    first_turns = df.filter(pl.col("query_id") == "scope-001", pl.col("turn") == 1)
+    assert first_turns["user_utterance"].to_list() == ["Fix it."] * 3
     assert set(df["status"]) == {"ok"}

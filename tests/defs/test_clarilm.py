@@ -9,23 +9,20 @@ import numpy as np
 import polars as pl
 import pytest
 import yaml
-from fakes import ScriptedBackend
+from fakes import ScriptedBackend, scripted_llm
 
 from dagster_project.config import load_params
-from dagster_project.defs import annotations, facets, logs, questions
+from dagster_project.core.clarilm.logs import days_to_ingest
+from dagster_project.defs.annotations import assets as annotations
+from dagster_project.defs.facets import assets as facets
+from dagster_project.defs.logs import assets as logs
 from dagster_project.defs.quality.checks import build_checks, load_suite, validate_frame
-from dagster_project.llm.client import Job, LLMClient, LLMResource
-from dagster_project.resources.params import ParamsResource
+from dagster_project.defs.questions import assets as questions
 from dagster_project.lib.warehouse import WarehouseIOManager, read_asset
+from dagster_project.llm.backends.base import Job
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTED: dict[str, ScriptedBackend] = {}
-
-
-class ScriptedLLM(LLMResource):
-    def setup_for_execution(self, context) -> None:
-        self._client = LLMClient(load_params(self.params_path).llm,
-                                 backends={"llamacpp": lambda cfg: SCRIPTED["backend"]})
 
 
 class WordEmbedder(dg.ConfigurableResource):
@@ -104,29 +101,38 @@ class _Runs:
         return [c for r in self.results for c in r.get_asset_check_evaluations()]
 
 
+def _group(module) -> str:
+    """defs/<group>/assets.py -> <group>."""
+    return module.__name__.split(".")[-2]
+
+
 def _run(tmp_path, monkeypatch, modules, responder=clarilm_responder, fail=None, **sections):
     """Materialize the `logs` group one day partition at a time (the days that have records), then the rest."""
     monkeypatch.chdir(tmp_path)
     if not (tmp_path / "data").exists():
         shutil.copytree(REPO / "data", tmp_path / "data", ignore=shutil.ignore_patterns("*.py"))
     SCRIPTED["backend"] = ScriptedBackend(responder, fail)
-    params = _params(tmp_path, **sections)
-    groups = {m.GROUP for m in modules}
-    resources = {"io_manager": WarehouseIOManager(), "params": ParamsResource(path=params),
-                 "llm": ScriptedLLM(params_path=params), "embedder": WordEmbedder()}
+    params = load_params(_params(tmp_path, **sections))
+    groups = {_group(m) for m in modules}
+    resources = {"io_manager": WarehouseIOManager(), "params": params,
+                 "llm": scripted_llm(params, SCRIPTED["backend"]), "embedder": WordEmbedder()}
+    log_defs = logs.build(params)
 
-    def checks_of(group_names):
-        return [c for c in build_checks() if next(iter(c.check_keys)).asset_key.path[0] in group_names]
+    def checks_of(assets, group_names):
+        keys = {k for a in assets for k in a.keys if k.path[0] in group_names}
+        return build_checks(keys)
 
-    days, _ = logs.days_to_ingest(load_params(params).logs, logs.PARTITIONS.get_partition_keys())
-    log_assets = [*dg.load_assets_from_modules([logs]), *checks_of({logs.GROUP})]
-    results = [dg.materialize(log_assets, resources=resources, partition_key=day, raise_on_error=False)
+    days, _ = days_to_ingest(params.logs, logs.daily_partitions(params.logs).get_partition_keys())
+    log_assets = list(log_defs.assets)
+    results = [dg.materialize([*log_assets, *checks_of(log_assets, {logs.GROUP})], resources=resources,
+                              partition_key=day, raise_on_error=False)
                for day in days]
     rest = [m for m in modules if m is not logs]
     if rest:
+        every = [*log_assets, *dg.load_assets_from_modules(rest)]
         results.append(dg.materialize(
-            [*dg.load_assets_from_modules(modules), *checks_of(groups - {logs.GROUP})],
-            selection=dg.AssetSelection.groups(*(m.GROUP for m in rest)), resources=resources,
+            [*every, *checks_of(every, groups - {logs.GROUP})],
+            selection=dg.AssetSelection.groups(*(_group(m) for m in rest)), resources=resources,
             raise_on_error=False))
     return _Runs(results)
 
@@ -152,7 +158,8 @@ def test_logs_group_on_the_shipped_sample(tmp_path, monkeypatch):
     raw = _read(tmp_path, "logs", "raw_logs")
     rej = _read(tmp_path, "logs", "raw_logs_rejected")
     assert raw["conversation_id"].n_unique() == 37 and rej.height == 7
-    assert sorted(rej["reason"]) == sorted(["invalid_json", "missing_role", "empty_text", "wrong_type", "not_utf8",
+    assert rej.columns == ["file", "record", "field", "reason", "raw"]
+    assert sorted(r.split(":")[0] for r in rej["reason"]) == sorted(["invalid_json", "missing_role", "empty_text", "wrong_type", "not_utf8",
                                             "oversized_message", "duplicate_conversation_id"])
     cand = _read(tmp_path, "logs", "log_candidates")
     assert cand.height == raw.filter(pl.col("role") == "assistant").height
@@ -185,8 +192,8 @@ def test_days_outside_the_partitions_are_an_error_not_a_silent_skip(tmp_path, mo
     cfg = load_params(_params(tmp_path)).logs
     keys = dg.DailyPartitionsDefinition(start_date="2024-05-02").get_partition_keys()
     with pytest.raises(ValueError, match=r"records are dated 2024-05-01\.\.2024-05-01.*logs.partition_start"):
-        logs.days_to_ingest(cfg, keys)
-    days, counts = logs.days_to_ingest(cfg.model_copy(update={"date_from": "2024-05-02"}), keys)
+        days_to_ingest(cfg, keys)
+    days, counts = days_to_ingest(cfg.model_copy(update={"date_from": "2024-05-02"}), keys)
     assert days == ["2024-05-02", "2024-05-03"] and sum(counts.values()) == 44
 
 

@@ -14,25 +14,15 @@ import datasets
 import polars as pl
 import pytest
 import yaml
-from fakes import ScriptedBackend
+from fakes import ScriptedBackend, scripted_llm
 
 from dagster_project.config import load_params
-from dagster_project.defs import double_turn
+from dagster_project.defs.double_turn import assets as double_turn
 from dagster_project.defs.quality.checks import build_checks
-from dagster_project.llm.client import LLMClient, LLMResource
-from dagster_project.resources.params import ParamsResource
 from dagster_project.lib.warehouse import WarehouseIOManager
-
-SCRIPTED: dict[str, ScriptedBackend] = {}
 
 Q1, Q2, Q3 = "Who directed Titanic?", "Who wrote Frankenstein?", "what is the capital of canada"
 GOOD_CQ = "Which film, the 1997 one or the 1953 one?"
-
-
-class ScriptedLLM(LLMResource):
-    def setup_for_execution(self, context) -> None:
-        self._client = LLMClient(load_params(self.params_path).llm,
-                                 backends={"llamacpp": lambda cfg: SCRIPTED["backend"]})
 
 
 def _target(content: str) -> str:
@@ -120,13 +110,13 @@ def _params(tmp_path, **overrides) -> str:
 def _run(tmp_path, monkeypatch, responder=world, fail=None, **overrides):
     monkeypatch.chdir(tmp_path)
     _write_inputs(tmp_path)
-    SCRIPTED["backend"] = ScriptedBackend(responder, fail)
-    params = _params(tmp_path, **overrides)
-    checks = [c for c in build_checks() if all(k.asset_key.path[0] == "double_turn" for k in c.check_keys)]
+    params = load_params(_params(tmp_path, **overrides))
+    assets = dg.load_assets_from_modules([double_turn])
+    checks = build_checks({k for a in assets for k in a.keys})
     return dg.materialize(
-        [*dg.load_assets_from_modules([double_turn]), *checks],
-        resources={"io_manager": WarehouseIOManager(), "params": ParamsResource(path=params),
-                   "llm": ScriptedLLM(params_path=params)},
+        [*assets, *checks],
+        resources={"io_manager": WarehouseIOManager(), "params": params,
+                   "llm": scripted_llm(params, ScriptedBackend(responder, fail))},
         raise_on_error=False,
     )
 
@@ -160,9 +150,12 @@ def test_import_and_quarantine(built):
     assert qa["query_id"].to_list() == ["q1", "q2", "q3"]
     assert qa["n_interpretations"].to_list() == [2, 1, 1]  # q1's singleAnswer merges into the Cameron reading
     assert qa["is_ambiguous"].to_list() == [True, False, False]
-    rej = _read(tmp_path, "qa_sets_rejected").sort("source_file")
-    assert rej.select("record_id", "field").rows() == [("bad", "annotations[0].answer"), (None, "<line>")]
-    assert rej["record"].to_list() == [2, 2]
+    rej = _read(tmp_path, "qa_sets_rejected").sort("file")
+    assert rej.columns == ["file", "record", "field", "reason", "raw"]  # the io.records Quarantine
+    # the third AmbigQA record (1-based, as every io.records record) and the second NQ-Open line
+    assert rej.select("file", "record", "field").rows() == [("ambig.json", 3, "annotations[0].answer"),
+                                                            ("nq.jsonl", 2, "<record>")]
+    assert '"bad"' in rej["raw"][0] and rej["raw"][1] == "{oops"
 
 
 def test_feasible_answers_and_sft(built):
@@ -279,6 +272,7 @@ def test_bad_input_file_names_the_file(tmp_path, monkeypatch):
     failure = result.get_step_failure_events()[0].step_failure_data.error
     assert failure.cause.cls_name == "InputFileError"
     assert "missing.json: file not found" in failure.cause.message
+    assert "(params: double_turn.inputs[0].path)" in failure.cause.message  # and the params key that names it
 
 
 def test_llm_samples_per_query_metadata(built):

@@ -10,24 +10,17 @@ import numpy as np
 import polars as pl
 import pytest
 import yaml
-from fakes import ScriptedBackend, schema_responder
+from fakes import ScriptedBackend, schema_responder, scripted_llm
 
 from dagster_project.cli import group_stages, materialize_group
 from dagster_project.config import METHOD_NAMES, load_params
-from dagster_project.defs import benchmark, evaluation
+from dagster_project.defs.benchmark import assets as benchmark
+from dagster_project.defs.evaluation import assets as evaluation
 from dagster_project.defs.quality.checks import build_checks
-from dagster_project.llm.client import LLMClient, LLMResource
-from dagster_project.resources.params import ParamsResource
 from dagster_project.lib.warehouse import WarehouseIOManager, read_asset
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTED: dict[str, ScriptedBackend] = {}
-
-
-class ScriptedLLM(LLMResource):
-    def setup_for_execution(self, context) -> None:
-        self._client = LLMClient(load_params(self.params_path).llm,
-                                 backends={"llamacpp": lambda cfg: SCRIPTED["backend"]})
 
 
 class HashEmbedder(dg.ConfigurableResource):
@@ -84,13 +77,13 @@ def _params(tmp_path, **evaluation_overrides) -> str:
     return str(path)
 
 
-def _defs(params: str) -> dg.Definitions:
-    assets = [*dg.load_assets_from_modules([benchmark]), *evaluation.build_assets(load_params(params))]
+def _defs(params_path: str) -> dg.Definitions:
+    params = load_params(params_path)
+    assets = [*dg.load_assets_from_modules([benchmark]), *evaluation.build(params).assets]
     keys = {k for a in assets for k in a.keys}
-    checks = [c for c in build_checks() if all(ck.asset_key in keys for ck in c.check_keys)]
-    return dg.Definitions(assets=assets, asset_checks=checks, executor=dg.in_process_executor, resources={
-        "io_manager": WarehouseIOManager(), "params": ParamsResource(path=params),
-        "llm": ScriptedLLM(params_path=params), "embedder": HashEmbedder()})
+    return dg.Definitions(assets=assets, asset_checks=build_checks(keys), executor=dg.in_process_executor, resources={
+        "io_manager": WarehouseIOManager(), "params": params,
+        "llm": scripted_llm(params, SCRIPTED["backend"]), "embedder": HashEmbedder()})
 
 
 def _build(tmp_path, monkeypatch, responder=eval_responder, partitions=None, **overrides):
@@ -120,6 +113,7 @@ def built(tmp_path_factory):
 
 
 def test_stages_run_upstream_then_partitions_then_tables(tmp_path):
+    SCRIPTED["backend"] = ScriptedBackend(eval_responder)
     defs = _defs(_params(tmp_path))
     stages = group_stages(defs, "evaluation")
     names = [[k.to_user_string() for k in keys] for _, keys in stages]
@@ -285,7 +279,10 @@ def test_external_datasets_run_through_every_method(tmp_path, monkeypatch):
     t = pl.read_parquet(tmp_path / "assets/evaluation/external_dialogues.parquet")
     rej = pl.read_parquet(tmp_path / "assets/evaluation/external_dialogues_rejected.parquet")
     assert t.filter(pl.col("dataset") == "clamber").height == 4 and t.filter(pl.col("dataset") == "mine").height == 6
-    assert rej.filter(pl.col("dataset") == "clamber").height == 4 and rej.filter(pl.col("dataset") == "mine").height == 3
+    assert rej.columns == ["file", "record", "field", "reason", "raw"]
+    from_file = {name: rej.filter(pl.col("file").str.ends_with(name)).height
+                 for name in ("clamber_sample.jsonl", "generic_sample.jsonl")}
+    assert from_file == {"clamber_sample.jsonl": 4, "generic_sample.jsonl": 3}
     p = read_asset(tmp_path / "assets", "evaluation", "predictions")
     assert set(p["dataset"]) == {"clamber", "mine"}  # clarifymt not listed in datasets
     assert p.height == 2 * 10

@@ -8,16 +8,13 @@ import dagster as dg
 import polars as pl
 import pytest
 import yaml
-from fakes import ScriptedBackend
+from fakes import ScriptedBackend, scripted_llm
 
 from dagster_project.config import load_params
-from dagster_project.defs import intents
+from dagster_project.defs.intents import assets as intents
 from dagster_project.defs.quality.checks import build_checks
-from dagster_project.llm.client import LLMClient, LLMResource
-from dagster_project.resources.params import ParamsResource
 from dagster_project.lib.warehouse import WarehouseIOManager
 
-SCRIPTED: dict[str, ScriptedBackend] = {}
 INTENTS = {
     "track_order": ["where is my parcel", "when does my order arrive", "tracking shows nothing", "is my box out today"],
     "cancel_order": ["cancel my order please", "stop the purchase", "Cancel it now", "call off order 12"],
@@ -26,12 +23,6 @@ INTENTS = {
 TEXT_TO_INTENT = {t.casefold(): i for i, ts in INTENTS.items() for t in ts}
 WRONG = "cancel it now"  # the scripted assistant misclassifies this one
 ASKS = {"tracking shows nothing", "book a flight to rome"}  # the scripted assistant asks once before answering
-
-
-class ScriptedLLM(LLMResource):
-    def setup_for_execution(self, context) -> None:
-        self._client = LLMClient(load_params(self.params_path).llm,
-                                 backends={"llamacpp": lambda cfg: SCRIPTED["backend"]})
 
 
 def _write_data(tmp_path):
@@ -115,7 +106,7 @@ def responder(job, idx):
 def _run(tmp_path, monkeypatch, fail=None, **overrides):
     monkeypatch.chdir(tmp_path)
     _write_data(tmp_path)
-    SCRIPTED["backend"] = ScriptedBackend(responder, fail)
+    backend = ScriptedBackend(responder, fail)
     cfg = {"dataset": "data/utterances.csv", "catalog": "data/catalog.jsonl", "few_shot": "data/few_shot.jsonl",
            "ambiguous_dataset": "data/ambiguous.jsonl",
            "n_edit_train": 3, "n_edit_test": 1, "n_pair_train": 1, "n_pair_test": 1, "n_unambiguous_train": 99,
@@ -125,11 +116,12 @@ def _run(tmp_path, monkeypatch, fail=None, **overrides):
             "intents": cfg}
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(data))
-    checks = [c for c in build_checks() if all(k.asset_key.path[0] == "intents" for k in c.check_keys)]
+    params = load_params(path)
+    assets = dg.load_assets_from_modules([intents])
+    checks = build_checks({k for a in assets for k in a.keys})
     return dg.materialize(
-        [*dg.load_assets_from_modules([intents]), *checks],
-        resources={"io_manager": WarehouseIOManager(), "params": ParamsResource(path=str(path)),
-                   "llm": ScriptedLLM(params_path=str(path))},
+        [*assets, *checks],
+        resources={"io_manager": WarehouseIOManager(), "params": params, "llm": scripted_llm(params, backend)},
         raise_on_error=False)
 
 
@@ -152,7 +144,10 @@ def test_intents_group_with_scripted_llm(tmp_path, monkeypatch):
     assert utt.height == 13 and int(utt["is_ood"].sum()) == 1
     assert utt.height + rej.height == 17
     reasons = sorted(rej["reason"].to_list())
+    # io.records numbers CSV records by data row (the header is not a record): "where is my parcel" is record 1
     assert reasons[0].startswith("bad encoding") and reasons[1] == "duplicate of record 1"
+    assert rej.columns == ["file", "record", "field", "reason", "raw"]
+    assert set(rej["file"]) == {"data/utterances.csv"} and rej["record"].min() >= 2
     assert reasons[2] == "empty text" and reasons[3].startswith("unknown intent 'membership'")
 
     aq = _read(tmp_path, "ambiguous_queries")

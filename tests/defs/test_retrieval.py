@@ -8,14 +8,13 @@ import numpy as np
 import polars as pl
 import pytest
 import yaml
-from fakes import ScriptedBackend
+from fakes import ScriptedBackend, scripted_llm
 
 from dagster_project.config import load_params
-from dagster_project.defs import retrieval
 from dagster_project.defs.quality.checks import build_checks, load_suites
-from dagster_project.llm.client import LLMClient, LLMResource
-from dagster_project.resources.params import ParamsResource
+from dagster_project.defs.retrieval import assets as retrieval
 from dagster_project.lib.warehouse import WarehouseIOManager
+from dagster_project.llm.client import LLMClient
 
 SCRIPTED: dict[str, ScriptedBackend] = {}
 
@@ -85,17 +84,10 @@ def responder(job, idx: int) -> str:
     raise AssertionError(f"unexpected request: {job.json_schema}")
 
 
-class ScriptedLLM(LLMResource):
-    """Every backend (the embedded one and an OpenAI-compatible 'vision' one) is the scripted one."""
-
-    def setup_for_execution(self, context) -> None:
-        self._client = LLMClient(load_params(self.params_path).llm,
-                                 backends={"llamacpp": lambda cfg: SCRIPTED["backend"],
-                                           "openai": lambda cfg: SCRIPTED["backend"]})
-
-
 class BagOfWordsEmbedder(dg.ConfigurableResource):
     """Hashed bag of words, unit length: texts sharing words are similar (deterministic, no model)."""
+
+    model: str = "bag-of-words-64"
 
     def encode(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), 64), dtype=np.float32)
@@ -117,11 +109,13 @@ def _run(tmp_path, monkeypatch, fail=None, max_error_rate=0.2, roles=None, **ove
         llm["roles"] = {"default": {}, **roles}
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump({"llm": llm, "retrieval": cfg, "quality": {"max_error_rate": max_error_rate}}))
-    checks = [c for c in build_checks() if all(k.asset_key.path[0] == "retrieval" for k in c.check_keys)]
+    params = load_params(path)
+    assets = dg.load_assets_from_modules([retrieval])
+    checks = build_checks({k for a in assets for k in a.keys})
     return dg.materialize(
-        [*dg.load_assets_from_modules([retrieval]), *checks],
-        resources={"io_manager": WarehouseIOManager(), "params": ParamsResource(path=str(path)),
-                   "llm": ScriptedLLM(params_path=str(path)), "embedder": BagOfWordsEmbedder()},
+        [*assets, *checks],
+        resources={"io_manager": WarehouseIOManager(), "params": params,
+                   "llm": scripted_llm(params, SCRIPTED["backend"]), "embedder": BagOfWordsEmbedder()},
         raise_on_error=False,
     )
 
@@ -148,7 +142,9 @@ def test_group_with_scripted_llm(tmp_path, monkeypatch):
     assert qa.height == 10 and qa_rej.height == 4
     reasons = " | ".join(qa_rej["reason"])
     assert "empty or missing field 'question'" in reasons and "duplicate facet/question pair F1/Q1" in reasons
-    assert "expected 10 fields, got 3" in reasons and "facet F1 already belongs to topic T1" in reasons
+    assert "ragged_row: expected 10 fields, got 3" in reasons  # the three-field row is quarantined whole
+    assert "facet F1 already belongs to topic T1" in reasons
+    assert qa_rej.columns == ["file", "record", "field", "reason", "raw"] and set(qa_rej["file"]) == {"qa.tsv"}
     assert qa.filter(pl.col("qa_id") == "F1/Q1")["images"].to_list() == [["w/a.jpg"]]
     docs, doc_rej = read(tmp_path, "documents"), read(tmp_path, "documents_rejected")
     assert docs.height == 8 and doc_rej.height == 3 and docs["keyword_id"].n_unique() == 8
@@ -197,6 +193,9 @@ def test_group_with_scripted_llm(tmp_path, monkeypatch):
             assert gen["stage"].to_list()[:3] == ["generated", "generated", "first_stage"]
         dense = runs.filter((pl.col("query_id") == qid) & (pl.col("ranker") == "dense_rerank"))
         assert sorted(dense["doc_id"]) == sorted(bm)  # same candidates, re-ordered
+    # the dense label names the model that made the vectors (the embedder resource), not params.embedder.model
+    assert set(runs.filter(pl.col("ranker") == "dense_rerank")["model"]) == {BagOfWordsEmbedder().model}
+    assert load_params(tmp_path / "params.yaml").embedder.model != BagOfWordsEmbedder().model
     assert (tmp_path / "assets/retrieval/trec/bm25.multi_turn.text_only.run").read_text().count(" Q0 ") > 0
 
     # metrics: every ranker x input, overall and by turns, values in [0, 1]
@@ -288,7 +287,8 @@ def test_bad_input_file_names_file_and_column(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_fixture(tmp_path)
     (tmp_path / "qa.tsv").write_text("topic_id\tquestion\nT1\tq\n")
-    from dagster_project.core.retrieval import InputFileError, import_clarification_qa
+    from dagster_project.io.formats.retrieval import import_clarification_qa
+    from dagster_project.io.records import InputFileError
 
     with pytest.raises(InputFileError, match=r"qa.tsv: missing column\(s\) \['initial_request'"):
         import_clarification_qa(tmp_path / "qa.tsv")
@@ -298,7 +298,11 @@ def test_bad_input_file_names_file_and_column(tmp_path, monkeypatch):
 def test_embedded_backend_cannot_emit_an_invalid_or_repeated_id(tmp_path):
     """The real llama.cpp backend, asked in every way to repeat a ranked ID or name an unknown one, cannot."""
     from dagster_project.config import LLMConfig
-    from dagster_project.core.retrieval import GenerativeTask, generative_rerank, rerank_step_request
+    from dagster_project.core.retrieval.reranking import (
+        GenerativeTask,
+        generative_rerank,
+        rerank_step_request,
+    )
 
     client = LLMClient(LLMConfig(cache_path=str(tmp_path / "cache.sqlite")))
     cands = [("red sofa | leather", "a red leather sofa"), ("blue sofa | fabric", "a blue fabric sofa"),
@@ -317,5 +321,5 @@ def test_embedded_backend_cannot_emit_an_invalid_or_repeated_id(tmp_path):
     assert "red sofa | leather" not in reqs[0].json_schema["properties"]["next"]["enum"]
     # a whole constrained ranking: every candidate exactly once
     [ranked] = generative_rerank([GenerativeTask("red sofa", "User: red sofa", cands, ["d1", "d2", "d3"])], 3,
-                                 lambda r: client.chat("reranker", r))
+                                 lambda role, r: client.chat(role, r))
     assert ranked.status == "ok" and ranked.generated == 3 and sorted(ranked.order) == ["d1", "d2", "d3"]

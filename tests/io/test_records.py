@@ -37,7 +37,7 @@ def _write(path, kind):
 
 @pytest.mark.parametrize("kind, suffix, first", [
     ("jsonl", ".jsonl", 1), ("json", ".json", 1), ("json_key", ".json", 1), ("yaml", ".yaml", 1),
-    ("csv", ".csv", 2), ("tsv", ".tsv", 2), ("parquet", ".parquet", 1), ("jsonl.gz", ".jsonl.gz", 1),
+    ("csv", ".csv", 1), ("tsv", ".tsv", 1), ("parquet", ".parquet", 1), ("jsonl.gz", ".jsonl.gz", 1),
     ("jsonl", ".json", 1),  # a .json file holding one object per line
 ])
 def test_every_format_gives_the_same_records(tmp_path, kind, suffix, first):
@@ -78,6 +78,8 @@ def test_unreadable_files_are_one_clear_error(tmp_path):
     doc.write_text("a: [1, 2\n")
     with pytest.raises(InputFileError, match="broken.yaml: not valid YAML"):
         list(iter_records(doc))
+    with pytest.raises(InputFileError, match=r"broken.yaml: not valid YAML.*\(params: intents.catalog_path\)"):
+        list(iter_records(doc, key="intents.catalog_path"))
     err = InputFileError("in.csv", "must be a number", record=4, field="turn", key="double_turn.inputs")
     assert str(err) == "in.csv, record 4, field 'turn': must be a number (params: double_turn.inputs)"
 
@@ -101,3 +103,12 @@ def test_writers_are_atomic_and_leave_the_old_file_on_failure(tmp_path):
     assert write_jsonl_atomic(pl.DataFrame(ROWS), jl) == 2
     assert [json.loads(x) for x in jl.read_text().splitlines()] == ROWS
     assert write_jsonl_atomic(iter([{"q": "é"}]), jl) == 1 and jl.read_text() == '{"q": "é"}\n'
+
+
+def test_ragged_csv_rows_are_problems_not_truncated(tmp_path):
+    path = tmp_path / "in.tsv"
+    path.write_text("id\ttext\tn\na\tfirst\t1\nb\tshort\nc\tlong\t3\textra\nd\tlast\t4\n")
+    good, q = read_records(path)
+    assert [r.data["id"] for r in good] == ["a", "d"] and [r.record for r in good] == [1, 4]
+    assert q.frame()["reason"].to_list() == ["ragged_row: expected 3 fields, got 2", "ragged_row: expected 3 fields, got 4"]
+    assert q.frame()["record"].to_list() == [2, 3]

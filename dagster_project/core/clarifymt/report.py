@@ -9,11 +9,13 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import polars as pl
 
 from dagster_project.core.shared.tables import markdown_table
 from dagster_project.core.shared.taxonomy import PERSONAS, SUBTYPES
+from dagster_project.llm.task import Status
 
 _PCT = ["accuracy", "under_clarification", "over_clarification", "invalid"]
 PERSONA_ABBR = {"precise": "P", "partial_vague": "PV", "off_focus": "OF", "contradictory": "CT",
@@ -125,10 +127,10 @@ def render_report(inputs: ReportInputs, plots: Sequence[str] = ()) -> str:
         parts += [f"## Paired significance: {inputs.agent_method} vs each method\n",
                   markdown_table(sig, plain=["p_ttest", "p_mcnemar"])]
     errors = pred.group_by("dataset", "subject", "method").agg(
-        pl.len().alias("turns"), (pl.col("status") == "parse_error").sum().alias("parse_errors"),
+        pl.len().alias("turns"), (pl.col("status") == Status.PARSE_ERROR.value).sum().alias("parse_errors"),
         (pl.col("action") == "invalid").sum().alias("invalid_outputs"),
-        (pl.col("status") == "llm_error").sum().alias("llm_errors"),
-        (pl.col("status") == "input_error").sum().alias("input_errors"),
+        (pl.col("status") == Status.LLM_ERROR.value).sum().alias("llm_errors"),
+        (pl.col("status") == Status.INPUT_ERROR.value).sum().alias("input_errors"),
         pl.col("step_errors").sum().alias("agent_step_errors") if "step_errors" in pred.columns
         else pl.lit(None, pl.Int64).alias("agent_step_errors")).sort("dataset", "subject", "method")
     parts += ["## Parse errors and invalid outputs (counted, never hidden)\n", markdown_table(errors)]
@@ -320,3 +322,16 @@ def render_html(markdown_text: str, plots: dict[str, bytes]) -> str:
              "h2{border-bottom:1px solid #ddd;margin-top:2em}")
     return ("<!doctype html><html><head><meta charset='utf-8'><title>ClarifyMT-Bench evaluation report</title>"
             f"<style>{style}</style></head><body>{body}</body></html>")
+
+
+def write_report(inputs: ReportInputs, folder: str | Path) -> tuple[list[Path], str]:
+    """report.md, a self-contained report.html and the plots as PNG in `folder`: (files written, the Markdown)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    plots = report_plots(inputs)
+    for name, png in plots.items():
+        (folder / name).write_bytes(png)
+    text = render_report(inputs, list(plots))
+    (folder / "report.md").write_text(text)
+    (folder / "report.html").write_text(render_html(text, plots))
+    return [folder / "report.md", folder / "report.html", *(folder / n for n in plots)], text

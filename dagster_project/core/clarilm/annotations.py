@@ -9,33 +9,51 @@ the conversational formats TRL reads as-is.
 
 from __future__ import annotations
 
-from typing import Any
+from functools import cache
+from typing import Annotated, Any
 
 import polars as pl
+from pydantic import ConfigDict, WithJsonSchema
 
-from dagster_project.llm.chat import ChatRequest, ChatResult
-from dagster_project.llm.parsing import parse_json_object, require_fields
-from dagster_project.llm.prompts import load_prompt
+from dagster_project.config import AnnotationsConfig
+from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Reply, Status, text_field
 
-ANSWER_SCHEMA = {
-    "type": "object",
-    "properties": {"answer": {"type": "string", "maxLength": 400}},
-    "required": ["answer"],
-}
 PAIR_TYPES = ("clarify_over_answer", "answer_over_clarify", "better_question")
 CANDIDATE = pl.Struct({"facet_id": pl.Utf8, "facet": pl.Utf8, "clarifying_question": pl.Utf8, "origin": pl.Utf8})
+REASONING_CHARS = 600
 
 
-def cotap_schema(n_candidates: int, reasoning_chars: int = 600) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {
-            "reasoning": {"type": "string", "maxLength": reasoning_chars},
-            "choice": {"type": "integer", "minimum": 0, "maximum": n_candidates},
-            "rationale": {"type": "string", "maxLength": 200},
-        },
-        "required": ["reasoning", "choice", "rationale"],
-    }
+class DirectAnswer(Reply):
+    """The answerer's direct answer to a question the log holds no answer for."""
+
+    answer: NonEmpty = text_field(400)
+
+
+@cache
+def cotap_reply(n_candidates: int, reasoning_chars: int = REASONING_CHARS) -> type[Reply]:
+    """CoTAP's reply for n candidate questions: a chain of thought, then choice 0 (answer) .. n (ask c_n)."""
+    choice_schema = {"type": "integer", "minimum": 0, "maximum": n_candidates}
+
+    class CoTAPChoice(Reply):
+        """The reasoner's chain of thought and pick."""
+
+        model_config = ConfigDict(json_schema_extra=lambda schema, _: schema.update(
+            required=["reasoning", "choice", "rationale"]))
+
+        reasoning: NonEmpty = text_field(reasoning_chars)
+        choice: Annotated[int, WithJsonSchema(choice_schema)]
+        rationale: Annotated[Any, WithJsonSchema({"type": "string", "maxLength": 200})] = ""
+
+    return CoTAPChoice
+
+
+def _in_range(value: Any, item: dict[str, Any]) -> str | None:
+    n = len(item["candidates"])
+    return None if 0 <= value.choice <= n else f"choice {value.choice} outside 0..{n}"
+
+
+ANSWER = LLMTask("clarilm_answer", role="answerer", reply=DirectAnswer, sampling={"temperature": 0.0})
+COTAP = LLMTask("clarilm_cotap", role="reasoner", check=_in_range, sampling={"temperature": 0.0})
 
 
 # --------------------------------------------------------------------------- inputs: C = {c_1..c_n} U {a}
@@ -52,44 +70,25 @@ def candidate_sets(questions: pl.DataFrame, facets: pl.DataFrame, max_candidates
         n_available=pl.col("n_available").fill_null(0).cast(pl.Int64)).sort("question_id")
 
 
-def answer_requests(rows: pl.DataFrame, max_tokens: int) -> list[ChatRequest]:
-    prompt = load_prompt("clarilm_answer")
-    return [ChatRequest.of(prompt.messages(question=q), prompt.version, ANSWER_SCHEMA, temperature=0.0,
-                           max_tokens=max_tokens) for q in rows["question"]]
-
-
-def attach_answers(sets: pl.DataFrame, todo_ids: list[str], requests: list[ChatRequest],
-                   results: list[ChatResult]) -> pl.DataFrame:
+def attach_answers(chat: Chat, sets: pl.DataFrame, max_tokens: int) -> pl.DataFrame:
     """`answer` = the logged assistant answer when there is one, else the answerer's reply (answer_source,
     answer_status say which, and why an answer is missing)."""
-    got: dict[str, tuple[str | None, str, str | None, str | None]] = {}
-    for qid, res in zip(todo_ids, results, strict=True):
-        if res.error:
-            got[qid] = (None, "llm_error", res.error, None)
-            continue
-        obj, err = parse_json_object(res.text)
-        err = err or require_fields(obj, {"answer": str})
-        got[qid] = (None, "parse_error", err, res.text) if err else (obj["answer"].strip(), "ok", None, res.text)
-    version = requests[0].prompt_version if requests else None
-    answers, sources, statuses, errors, raws = [], [], [], [], []
+    need = [r for r in sets.iter_rows(named=True) if not r["log_answer"]]
+    got = {o.item["question_id"]: o for o in ANSWER.run(chat, need, lambda r: {"question": r["question"]},
+                                                         lambda _: {"max_tokens": max_tokens})}
+    version = ANSWER.version if need else None
+    cols: dict[str, list[Any]] = {k: [] for k in ("answer", "answer_source", "answer_status", "answer_error",
+                                                  "answer_raw_output")}
     for r in sets.iter_rows(named=True):
-        if r["log_answer"]:
-            answers.append(r["log_answer"])
-            sources.append("log")
-            statuses.append("ok")
-            errors.append(None)
-            raws.append(None)
+        o = got.get(r["question_id"])
+        if o is None:  # the log holds the answer
+            row = (r["log_answer"], "log", Status.OK.value, None, None)
         else:
-            a, st, err, raw = got.get(r["question_id"], (None, "llm_error", "no answer requested", None))
-            answers.append(a)
-            sources.append("generated")
-            statuses.append(st)
-            errors.append(err)
-            raws.append(raw)
-    return sets.with_columns(
-        answer=pl.Series(answers, dtype=pl.Utf8), answer_source=pl.Series(sources, dtype=pl.Utf8),
-        answer_status=pl.Series(statuses, dtype=pl.Utf8), answer_error=pl.Series(errors, dtype=pl.Utf8),
-        answer_raw_output=pl.Series(raws, dtype=pl.Utf8), answer_prompt_version=pl.lit(version, pl.Utf8))
+            row = (o.value.answer.strip() if o.ok else None, "generated", o.status.value, o.error, o.raw_output)
+        for col, value in zip(cols, row, strict=True):
+            cols[col].append(value)
+    return sets.with_columns(**{k: pl.Series(v, dtype=pl.Utf8) for k, v in cols.items()},
+                             answer_prompt_version=pl.lit(version, pl.Utf8))
 
 
 def _clip(text: str | None, n: int = 400) -> str:
@@ -104,48 +103,57 @@ def options_block(answer: str | None, candidates: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def cotap_requests(sets: pl.DataFrame, max_tokens: int, reasoning_chars: int = 600) -> list[ChatRequest]:
-    prompt = load_prompt("clarilm_cotap")
-    return [ChatRequest.of(prompt.messages(question=r["question"], options=options_block(r["answer"], r["candidates"])),
-                           prompt.version, cotap_schema(len(r["candidates"]), reasoning_chars), temperature=0.0,
-                           max_tokens=max_tokens)
-            for r in sets.iter_rows(named=True)]
-
-
 COTAP_COLUMNS = {"decision": pl.Utf8, "choice": pl.Int64, "chosen_facet_id": pl.Utf8, "chosen_question": pl.Utf8,
                  "chosen_origin": pl.Utf8, "reasoning": pl.Utf8, "rationale": pl.Utf8, "status": pl.Utf8,
                  "error": pl.Utf8, "raw_output": pl.Utf8, "model": pl.Utf8, "prompt_version": pl.Utf8}
+PICK = ("decision", "choice", "chosen_facet_id", "chosen_question", "chosen_origin", "reasoning", "rationale")
 
 
-def parse_cotap_one(raw: str | None, candidates: list[dict[str, Any]], has_answer: bool) -> dict[str, Any]:
-    """choice 0 -> answer; 1..n -> ask candidate n. Out-of-range or missing fields -> parse_error. Never raises."""
-    out: dict[str, Any] = {k: None for k in COTAP_COLUMNS} | {"status": "ok"}
-    obj, err = parse_json_object(raw)
-    err = err or require_fields(obj, {"choice": int, "reasoning": str})
-    if err:
-        return out | {"status": "parse_error", "error": err}
-    choice = obj["choice"]
-    if not 0 <= choice <= len(candidates):
-        return out | {"status": "parse_error", "error": f"choice {choice} outside 0..{len(candidates)}"}
-    out |= {"choice": choice, "reasoning": obj["reasoning"].strip(), "rationale": str(obj.get("rationale", "")).strip()}
-    if choice == 0:
-        if not has_answer:
-            return out | {"status": "parse_error", "error": "chose to answer but no answer text is available"}
+def cotap_fields(item: dict[str, Any], value: Any) -> dict[str, Any]:
+    """A valid choice -> decision and the chosen candidate: 0 answers, 1..n asks candidate n.
+    Choosing to answer without an answer text is a parse_error (the row keeps the reasoning)."""
+    out = {"choice": value.choice, "reasoning": value.reasoning.strip(), "rationale": str(value.rationale).strip()}
+    if value.choice == 0:
+        if not item["answer"]:
+            return out | {"status": Status.PARSE_ERROR.value,
+                          "error": "chose to answer but no answer text is available"}
         return out | {"decision": "answer", "chosen_origin": "answer"}
-    c = candidates[choice - 1]
+    c = item["candidates"][value.choice - 1]
     return out | {"decision": "ask", "chosen_facet_id": c["facet_id"], "chosen_question": c["clarifying_question"],
                   "chosen_origin": c["origin"]}
 
 
-def parse_cotap(sets: pl.DataFrame, requests: list[ChatRequest], results: list[ChatResult]) -> pl.DataFrame:
-    rows = []
-    for r, req, res in zip(sets.iter_rows(named=True), requests, results, strict=True):
-        if res.error:
-            parsed = {k: None for k in COTAP_COLUMNS} | {"status": "llm_error", "error": res.error}
-        else:
-            parsed = parse_cotap_one(res.text, r["candidates"], bool(r["answer"])) | {"raw_output": res.text}
-        rows.append(parsed | {"model": res.model, "prompt_version": req.prompt_version})
-    return pl.concat([sets, pl.DataFrame(rows, schema=COTAP_COLUMNS)], how="horizontal")
+def parse_cotap_one(raw: str | None, candidates: list[dict[str, Any]], has_answer: bool) -> dict[str, Any]:
+    """One reply text -> the CoTAP columns (no provenance). Out-of-range or missing fields -> parse_error."""
+    item = {"candidates": candidates, "answer": "answer" if has_answer else None}
+    parsed = COTAP.with_reply(cotap_reply(len(candidates))).parse(raw, item)
+    out = dict.fromkeys(PICK) | {"status": parsed.status.value, "error": parsed.error}
+    return out | cotap_fields(item, parsed.value) if parsed.value is not None else out
+
+
+def cotap(chat: Chat, sets: pl.DataFrame, max_tokens: int) -> pl.DataFrame:
+    """The reasoner picks answer-or-ask-which per question; its reply schema bounds `choice` by the question's
+    candidates, so questions are sent in one batch per candidate count."""
+    rows = sets.to_dicts()
+    by_id: dict[str, dict[str, Any]] = {}
+    for n in sorted({len(r["candidates"]) for r in rows}):
+        group = [r for r in rows if len(r["candidates"]) == n]
+        for o in COTAP.with_reply(cotap_reply(n)).run(
+                chat, group, lambda r: {"question": r["question"], "options": options_block(r["answer"],
+                                                                                           r["candidates"])},
+                lambda _: {"max_tokens": max_tokens}):
+            by_id[o.item["question_id"]] = dict.fromkeys(PICK) | o.provenance() | (
+                cotap_fields(o.item, o.value) if o.ok else {})
+    return pl.concat([sets, pl.DataFrame([by_id[r["question_id"]] for r in rows], schema=COTAP_COLUMNS)],
+                     how="horizontal")
+
+
+def cotap_annotations(chat: Chat, questions: pl.DataFrame, facets: pl.DataFrame,
+                      cfg: AnnotationsConfig) -> pl.DataFrame:
+    """CoTAP over the selected questions: candidate sets, answers where the log has none, the reasoner's pick."""
+    sets = candidate_sets(questions.filter(pl.col("selected")), facets, cfg.max_candidates)
+    sets = attach_answers(chat, sets, cfg.answer_max_tokens)
+    return cotap(chat, sets, cfg.reasoning_max_tokens)
 
 
 # --------------------------------------------------------------------------- preference pairs
@@ -164,7 +172,7 @@ def preference_pairs(cotap: pl.DataFrame, max_question_pairs: int) -> pl.DataFra
     A pair needs both texts: without an answer text only q1 > q2 pairs can be built.
     """
     rows = []
-    for r in cotap.filter(pl.col("status") == "ok").iter_rows(named=True):
+    for r in cotap.filter(pl.col("status") == Status.OK).iter_rows(named=True):
         base = {"question_id": r["question_id"], "question": r["question"], "question_source": r["question_source"]}
         others = [c for c in r["candidates"] if c["facet_id"] != r["chosen_facet_id"]]
 
@@ -206,7 +214,7 @@ def _msgs(*pairs: tuple[str, str]) -> list[dict[str, str]]:
 def sft_rows(cotap: pl.DataFrame, system_prompt: str | None) -> pl.DataFrame:
     """(q, r+) as {"messages": [system, user, assistant]} (TRL SFTTrainer's conversational format)."""
     rows = []
-    for r in cotap.filter(pl.col("status") == "ok").iter_rows(named=True):
+    for r in cotap.filter(pl.col("status") == Status.OK).iter_rows(named=True):
         text = r["chosen_question"] if r["decision"] == "ask" else r["answer"]
         if not text:
             continue

@@ -14,13 +14,11 @@ from pydantic import ConfigDict, WithJsonSchema
 from dagster_project.config import QuestionsConfig
 from dagster_project.core.clarilm.logs import asks_user
 from dagster_project.core.shared.dedup import Embed, semantic_dedup
-from dagster_project.llm.task import Chat, LLMTask, Reply
+from dagster_project.llm.task import Chat, LLMTask, Reply, Status
 
 # --------------------------------------------------------------------------- Q^L
 
 ENGLISH_NAMES = {"english", "en", "eng", "en-us", "en-gb"}
-QL_REJECT_REASONS = ("too_long", "not_english", "single_turn", "skipped", "llm_error", "parse_error",
-                     "context_dependent", "not_well_formed", "duplicate")
 
 
 def looks_english(text: str, language: str | None) -> bool:
@@ -77,7 +75,8 @@ class QLVerdict(Reply):
     reason: Annotated[Any, WithJsonSchema({"type": "string", "maxLength": 160})] = ""
 
 
-QL_FILTER = LLMTask("clarilm_ql_filter", role="judge", reply=QLVerdict, sampling={"temperature": 0.0, "max_tokens": 120})
+QL_FILTER = LLMTask("clarilm_ql_filter", role="judge", reply=QLVerdict,
+                    sampling={"temperature": 0.0, "max_tokens": 120})
 QL_FILTER_COLUMNS = {"context_independent": pl.Boolean, "well_formed": pl.Boolean, "filter_reason": pl.Utf8,
                      "status": pl.Utf8, "error": pl.Utf8, "raw_output": pl.Utf8, "model": pl.Utf8,
                      "prompt_version": pl.Utf8}
@@ -94,7 +93,7 @@ def ql_filter(chat: Chat, rows: pl.DataFrame) -> pl.DataFrame:
 
 def llm_reason(status: pl.Expr = pl.col("status")) -> pl.Expr:
     """The judge's reject reason: its status when not ok, else context_dependent / not_well_formed / null."""
-    return (pl.when(status != "ok").then(status)
+    return (pl.when(status != Status.OK).then(status)
             .when(~pl.col("context_independent")).then(pl.lit("context_dependent"))
             .when(~pl.col("well_formed")).then(pl.lit("not_well_formed"))
             .otherwise(pl.lit(None, pl.Utf8)))

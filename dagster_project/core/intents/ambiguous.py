@@ -12,7 +12,7 @@ import polars as pl
 from pydantic import ConfigDict, Field, WithJsonSchema
 
 from dagster_project.config import IntentsConfig
-from dagster_project.core.intents.catalog import SPLITS, Catalog, known_intent, normalize_text
+from dagster_project.core.intents.catalog import SPLITS, Catalog, known_intent, normalize_text, string_enum
 from dagster_project.core.intents.utterances import round_robin_sample
 from dagster_project.io.formats.intents import as_text, problem_reason, split_list
 from dagster_project.io.records import Record
@@ -21,15 +21,11 @@ from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Outcome, Reply, St
 _REASON = {"type": "string", "maxLength": 80}
 
 
-def _enum(names: tuple[str, ...]) -> dict[str, Any]:
-    return {"type": "string", "enum": list(names)}
-
-
 @cache
 def edit_reply(names: tuple[str, ...]) -> type[Reply]:
     """The edit step's reply; intents are read leniently item by item (an unknown one is a reject reason)."""
     items = {"type": "array", "minItems": 2, "maxItems": 3,
-             "items": {"type": "object", "properties": {"intent": _enum(names), "reason": _REASON},
+             "items": {"type": "object", "properties": {"intent": string_enum(names), "reason": _REASON},
                        "required": ["intent", "reason"]}}
 
     class EditReply(Reply):
@@ -47,7 +43,7 @@ def verify_reply(names: tuple[str, ...]) -> type[Reply]:
         model_config = ConfigDict(json_schema_extra={"required": ["ambiguous", "fitting_intents", "reason"]})
         ambiguous: bool
         fitting_intents: Annotated[list[Any], WithJsonSchema({"type": "array", "maxItems": 3,
-                                                              "items": _enum(names)})]
+                                                              "items": string_enum(names)})]
         reason: Annotated[Any, WithJsonSchema(_REASON)] = ""
 
     return VerifyReply

@@ -34,6 +34,11 @@ def name_key(name: str) -> str:
     return " ".join(re.sub(r"[_\-]+", " ", name.casefold()).split())
 
 
+def string_enum(values: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """JSON schema of a string that must be one of `values` (written out: a one-value enum stays an enum)."""
+    return {"type": "string", "enum": list(values)}
+
+
 def known_intent(name: Any, names: list[str]) -> str | None:
     """The catalogue spelling of `name`, or None when it is not one of `names`."""
     if not isinstance(name, str):

@@ -8,6 +8,7 @@ from dagster_project.core.clarifymt import benchmark, simulation
 from dagster_project.core.shared.taxonomy import PERSONAS, taxonomy_table
 from dagster_project.lib.assets import group_asset, upstream
 from dagster_project.lib.resources import EmbedderResource, LLMResource
+from dagster_project.llm.task import Status
 
 asset = group_asset("benchmark")
 
@@ -29,8 +30,8 @@ def single_turn_queries(context: dg.AssetExecutionContext, params: dg.ResourcePa
     chat = llm.session(context)
     out, dedup = benchmark.single_turn_queries(chat, params.benchmark, embedder.encode,
                                                params.llm.role("generator").seed)
-    context.add_output_metadata({**chat.usage(), **dedup, "parse_errors": int((out["status"] != "ok").sum()),
-                                 "kept": int(out["kept"].sum())})
+    failed = int((out["status"] != Status.OK.value).sum())
+    context.add_output_metadata({**chat.usage(), **dedup, "parse_errors": failed, "kept": int(out["kept"].sum())})
     return out
 
 
@@ -50,6 +51,6 @@ def persona_dialogues(context: dg.AssetExecutionContext, params: dg.ResourcePara
         "dialogues": dialogues.height,
         "turns": out.height,
         "avg_turns": round(out.height / max(dialogues.height, 1), 2),
-        "failed_simulations": out.filter((pl.col("turn") == 2) & (pl.col("status") != "ok")).height,
+        "failed_simulations": out.filter((pl.col("turn") == 2) & (pl.col("status") != Status.OK.value)).height,
     })
     return out

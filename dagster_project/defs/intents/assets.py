@@ -5,165 +5,117 @@ conversations -> turn scores (ARS, quality) and SDRS -> curated training set (to
 TRL JSONL) and, for every subject model, test conversations -> the Table 2 layout + OOD accuracy.
 """
 
-
 import time
 from pathlib import Path
 
 import dagster as dg
 import polars as pl
 
-from dagster_project.core import intents as core
-from dagster_project.config import IntentsConfig
-from dagster_project.llm.client import LLMResource
-from dagster_project.resources.params import ParamsResource
+from dagster_project.config import IntentsConfig, Params
+from dagster_project.core.intents import ambiguous, curation, evaluation
+from dagster_project.core.intents.assistant import load_few_shot
+from dagster_project.core.intents.catalog import Catalog, validate_catalog
+from dagster_project.core.intents.evaluation import eval_markdown, intent_eval_table
+from dagster_project.core.intents.scoring import conversation_table, score_conversations
+from dagster_project.core.intents.simulation import USER_ROLE, simulate_conversations, training_seeds
+from dagster_project.core.intents.utterances import validate_utterances
+from dagster_project.io.formats.intents import read_ambiguous, read_catalog, read_few_shot, read_utterances
+from dagster_project.io.writers import write_jsonl_atomic
+from dagster_project.lib.assets import group_asset, upstream
+from dagster_project.lib.resources import LLMResource
 from dagster_project.lib.warehouse import ASSETS_DIR
 
 GROUP = "intents"
 EXPORT = Path(ASSETS_DIR) / GROUP / "exports" / "training_conversations.jsonl"
+asset = group_asset(GROUP)
 
 
-def _key(name: str) -> dg.AssetKey:
-    return dg.AssetKey([GROUP, name])
+def _demos(cfg: IntentsConfig, catalog: Catalog) -> tuple[list, list[str]]:
+    return load_few_shot(read_few_shot(cfg.few_shot), catalog.names) if cfg.few_shot else ([], [])
 
 
-def _log(llm: LLMResource, context: dg.AssetExecutionContext) -> core.CallLog:
-    return core.CallLog(lambda role, requests: llm.chat(role, requests, context))
+def _counts(df: pl.DataFrame, column: str) -> dg.MetadataValue:
+    return dg.MetadataValue.json({str(k): int(n) for k, n in df.group_by(column).len().iter_rows()})
 
 
-def _usage(llm: LLMResource, log: core.CallLog) -> dict:
-    return {f"{role}/{k}": v for role, res in log.results.items() for k, v in llm.usage(role, res).items()}
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 4)
 
 
-def _demos(cfg: IntentsConfig, catalog: core.Catalog) -> tuple[list, list[str]]:
-    if not cfg.few_shot:
-        return [], []
-    records, malformed = core.read_records(cfg.few_shot)
-    demos, skipped = core.load_few_shot(records, catalog.names)
-    return demos, skipped + [f"record {m['_record']}: {m['reason']}" for m in malformed]
-
-
-def _settings(cfg: IntentsConfig, assistant_role: str, seed: int) -> core.SimulationSettings:
-    return core.SimulationSettings(assistant_role, "user_simulator", cfg.structured_output, cfg.assistant_max_tokens,
-                                   cfg.user_temperature, seed, cfg.examples_per_intent)
-
-
-@dg.asset(key_prefix=GROUP, group_name=GROUP, kinds={"polars"})
-def intent_catalog(context: dg.AssetExecutionContext, params: ParamsResource) -> pl.DataFrame:
+@asset
+def intent_catalog(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params]) -> pl.DataFrame:
     """The intents (name, description, examples) from `intents.catalog`; bad records stay with kept=false."""
-    cfg = params.load().intents
-    records, malformed = core.read_records(cfg.catalog)
-    out = core.validate_catalog(records, malformed, cfg.catalog, cfg.ood_label)
+    cfg = params.intents
+    out = validate_catalog(read_catalog(cfg.catalog), cfg.catalog, cfg.ood_label)
     context.add_output_metadata({"intents": int(out["kept"].sum()), "rejected": int((~out["kept"]).sum()),
                                  "source": cfg.catalog})
     return out
 
 
 @dg.multi_asset(
-    group_name=GROUP, ins={"intent_catalog": dg.AssetIn(key=_key("intent_catalog"))},
-    outs={"intent_utterances": dg.AssetOut(key=_key("intent_utterances"), kinds={"polars"}),
-          "intent_utterances_rejected": dg.AssetOut(key=_key("intent_utterances_rejected"), kinds={"polars"})})
-def intent_utterances(context: dg.AssetExecutionContext, params: ParamsResource,
+    group_name=GROUP, ins=upstream("intents/intent_catalog"),
+    outs={"intent_utterances": dg.AssetOut(key=[GROUP, "intent_utterances"], kinds={"polars"}),
+          "intent_utterances_rejected": dg.AssetOut(key=[GROUP, "intent_utterances_rejected"], kinds={"polars"})})
+def intent_utterances(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                       intent_catalog: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Tagged utterances (text, intent, split, is_ood) and, beside them, every record refused with its reason."""
-    p = params.load()
-    cfg = p.intents
-    records, malformed = core.read_records(cfg.dataset)
-    names = core.Catalog.from_frame(intent_catalog).names
-    kept, rejected = core.validate_utterances(records, malformed, cfg.dataset, names, cfg.ood_label,
-                                              cfg.test_fraction, cfg.seed)
-    total = len(records) + len(malformed)
-    kept = kept.with_columns(file_records=pl.lit(total))
+    """Tagged utterances (text, intent, split, is_ood) and, beside them, the quarantine of refused records."""
+    cfg = params.intents
+    records = read_utterances(cfg.dataset)
+    kept, rejected = validate_utterances(records, cfg.dataset, Catalog.from_frame(intent_catalog).names, cfg)
+    kept = kept.with_columns(file_records=pl.lit(len(records)))
     counts = {f"{s}": int(n) for s, n in kept.group_by("split").len().iter_rows()}
     # `val` rows are kept and counted but feed no asset: nothing is fine-tuned here, so there is no model selection
-    context.add_output_metadata({"records": total, "kept": kept.height, "rejected": rejected.height,
+    context.add_output_metadata({"records": len(records), "kept": kept.height, "rejected": len(rejected),
                                  "ood": int(kept["is_ood"].sum()), **{f"split_{k}": v for k, v in counts.items()},
-                                 "val_rows_unused": counts.get("val", 0)},
-                                output_name="intent_utterances")
-    context.add_output_metadata({"reasons": dg.MetadataValue.json(
-        {r: int(n) for r, n in rejected.group_by("reason").len().iter_rows()})},
-        output_name="intent_utterances_rejected")
-    return kept, rejected
+                                 "val_rows_unused": counts.get("val", 0)}, output_name="intent_utterances")
+    context.add_output_metadata({"reasons": dg.MetadataValue.json(dict(rejected.reasons()))},
+                                output_name="intent_utterances_rejected")
+    return kept, rejected.frame()
 
 
-@dg.asset(key_prefix=GROUP, group_name=GROUP, kinds={"polars"},
-          ins={"intent_catalog": dg.AssetIn(key=_key("intent_catalog")),
-               "intent_utterances": dg.AssetIn(key=_key("intent_utterances"))})
-def ambiguous_queries(context: dg.AssetExecutionContext, params: ParamsResource, llm: LLMResource,
-                      intent_catalog: pl.DataFrame, intent_utterances: pl.DataFrame) -> pl.DataFrame:
+@asset(ins=upstream("intents/intent_catalog", "intents/intent_utterances"))
+def ambiguous_queries(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                      llm: dg.ResourceParam[LLMResource], intent_catalog: pl.DataFrame,
+                      intent_utterances: pl.DataFrame) -> pl.DataFrame:
     """Ambiguous queries by both methods (`method`: edit | intent_pair), plus any the user provides (`provided`),
     each with its unambiguous counterpart and true intent. Edits need the verifier's confirmation; every refused
     row stays with kept=false and why."""
     t0 = time.monotonic()
-    p = params.load()
-    cfg = p.intents
-    catalog = core.Catalog.from_frame(intent_catalog)
-    pool = intent_utterances.filter(~pl.col("is_ood"))
-    sources = pl.concat([
-        core.round_robin_sample(pool.filter(pl.col("split") == "train"), cfg.n_edit_train, cfg.seed),
-        core.round_robin_sample(pool.filter(pl.col("split") == "test"), cfg.n_edit_test, cfg.seed + 1)])
-    log = _log(llm, context)
-    gen_seed = p.llm.role("generator").seed
-    reqs = core.edit_requests(sources, catalog, cfg.examples_per_intent, cfg.generation_temperature, gen_seed)
-    edits = core.parse_edits(sources, reqs, log("generator", reqs), catalog.names)
-    cands = edits.filter(pl.col("kept"))
-    verified = core.apply_verification(cands, log("judge", core.verify_requests(cands, catalog)), catalog.names)
-    edits = pl.concat([verified, edits.filter(~pl.col("kept"))], how="diagonal_relaxed")
-    pairs = core.sample_intent_pairs(catalog.names, cfg.n_pair_train + cfg.n_pair_test, cfg.seed)
-    plan = pl.DataFrame(
-        [{"pair_id": f"pair-{'train' if k < cfg.n_pair_train else 'test'}-{k:03d}",
-          "split": "train" if k < cfg.n_pair_train else "test", "intent_a": a, "intent_b": b}
-         for k, (a, b) in enumerate(pairs)],
-        schema={"pair_id": pl.Utf8, "split": pl.Utf8, "intent_a": pl.Utf8, "intent_b": pl.Utf8})
-    preqs = core.pair_requests(plan, catalog, cfg.generation_temperature, gen_seed)
-    pair_rows = core.parse_pairs(plan, preqs, log("generator", preqs))
-    provided = None
-    if cfg.ambiguous_dataset:
-        records, malformed = core.read_records(cfg.ambiguous_dataset)
-        provided = core.validate_provided_ambiguous(records, malformed, catalog.names)
-    out = core.combine_ambiguous(edits, pair_rows, provided).with_columns(
-        source=pl.when(pl.col("method") == "provided").then(pl.lit(cfg.ambiguous_dataset))
-        .otherwise(pl.lit("generated")))
+    cfg = params.intents
+    chat = llm.session(context)
+    provided = read_ambiguous(cfg.ambiguous_dataset) if cfg.ambiguous_dataset else None
+    out = ambiguous.ambiguous_queries(chat, Catalog.from_frame(intent_catalog), intent_utterances, cfg,
+                                      params.llm.role("generator").seed, provided)
     kept = out.filter(pl.col("kept"))
     context.add_output_metadata({
-        **_usage(llm, log), "rows": out.height, "kept": kept.height,
+        **chat.usage(), "rows": out.height, "kept": kept.height,
         "kept_by_method_split": dg.MetadataValue.json(
             {f"{m}/{s}": int(n) for m, s, n in kept.group_by(["method", "split"]).len().sort(["method", "split"])
              .iter_rows()}),
-        "reject_reasons": dg.MetadataValue.json(
-            {r: int(n) for r, n in out.filter(~pl.col("kept")).group_by("reject_reason").len().iter_rows()}),
+        "reject_reasons": _counts(out.filter(~pl.col("kept")), "reject_reason"),
         "seconds": round(time.monotonic() - t0, 1)})
     return out
 
 
-@dg.asset(key_prefix=GROUP, group_name=GROUP, kinds={"polars"},
-          ins={"intent_catalog": dg.AssetIn(key=_key("intent_catalog")),
-               "intent_utterances": dg.AssetIn(key=_key("intent_utterances")),
-               "ambiguous_queries": dg.AssetIn(key=_key("ambiguous_queries"))})
-def simulated_conversations(context: dg.AssetExecutionContext, params: ParamsResource, llm: LLMResource,
-                            intent_catalog: pl.DataFrame, intent_utterances: pl.DataFrame,
-                            ambiguous_queries: pl.DataFrame) -> pl.DataFrame:
+@asset(ins=upstream("intents/intent_catalog", "intents/intent_utterances", "intents/ambiguous_queries"))
+def simulated_conversations(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                            llm: dg.ResourceParam[LLMResource], intent_catalog: pl.DataFrame,
+                            intent_utterances: pl.DataFrame, ambiguous_queries: pl.DataFrame) -> pl.DataFrame:
     """Training-split conversations, one row per message: the `assistant` role predicts an intent, asks, or says
     out of domain; the `user_simulator` answers from the unambiguous query. At most `max_turns` assistant turns.
     Unambiguous utterances are single-turn conversations (Appendix C: query, then the predicted intent): their
     limit is one turn, so an assistant that asks on a clear utterance ends at max_turns (SDRS 0, never trained on)."""
     t0 = time.monotonic()
-    p = params.load()
-    cfg = p.intents
-    catalog = core.Catalog.from_frame(intent_catalog)
+    cfg = params.intents
+    catalog = Catalog.from_frame(intent_catalog)
     demos, skipped = _demos(cfg, catalog)
-    amb = ambiguous_queries.filter(pl.col("kept") & (pl.col("split") == "train"))
-    una = core.round_robin_sample(intent_utterances.filter(~pl.col("is_ood") & (pl.col("split") == "train")),
-                                  cfg.n_unambiguous_train, cfg.seed + 2)
-    seeds = (core.ambiguous_seeds(amb, catalog.names, cfg.max_turns, "train/")
-             + core.unambiguous_seeds(una, catalog.names, 1, "train/"))
-    log = _log(llm, context)
-    out = core.simulate_conversations(seeds, log, catalog, demos,
-                                      _settings(cfg, "assistant", p.llm.role("user_simulator").seed))
+    seeds = training_seeds(catalog, intent_utterances, ambiguous_queries, cfg)
+    chat = llm.session(context)
+    out = simulate_conversations(seeds, chat, catalog, demos, cfg, "assistant", params.llm.role(USER_ROLE).seed)
     conv = out.group_by("conversation_id").agg(pl.col("outcome").first(), pl.col("llm_calls").first(),
                                                pl.col("n_assistant_turns").first())
     context.add_output_metadata({
-        **_usage(llm, log), "conversations": len(seeds), "messages": out.height,
-        "outcomes": dg.MetadataValue.json({o: int(n) for o, n in conv.group_by("outcome").len().iter_rows()}),
+        **chat.usage(), "conversations": len(seeds), "messages": out.height, "outcomes": _counts(conv, "outcome"),
         "calls_per_conversation": round(float(conv["llm_calls"].mean() or 0), 2),
         "mean_assistant_turns": round(float(conv["n_assistant_turns"].mean() or 0), 2),
         "few_shot_demos": len(demos), "few_shot_skipped": dg.MetadataValue.json(skipped),
@@ -171,119 +123,79 @@ def simulated_conversations(context: dg.AssetExecutionContext, params: ParamsRes
     return out.with_columns(source=pl.lit("simulated"))
 
 
-@dg.asset(key_prefix=GROUP, group_name=GROUP, kinds={"polars"},
-          ins={"intent_catalog": dg.AssetIn(key=_key("intent_catalog")),
-               "simulated_conversations": dg.AssetIn(key=_key("simulated_conversations"))})
-def conversation_scores(context: dg.AssetExecutionContext, params: ParamsResource, llm: LLMResource,
-                        intent_catalog: pl.DataFrame, simulated_conversations: pl.DataFrame) -> pl.DataFrame:
+@asset(ins=upstream("intents/intent_catalog", "intents/simulated_conversations"))
+def conversation_scores(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                        llm: dg.ResourceParam[LLMResource], intent_catalog: pl.DataFrame,
+                        simulated_conversations: pl.DataFrame) -> pl.DataFrame:
     """Per assistant turn: enough information (judge), ARS, and for clarifying turns the five quality ratings;
     per conversation (repeated on its turns): A, R and SDRS."""
     t0 = time.monotonic()
-    cfg = params.load().intents
-    log = _log(llm, context)
-    out = core.score_conversations(simulated_conversations, log, core.Catalog.from_frame(intent_catalog), cfg.alpha,
-                                   cfg.judge_unambiguous)
-    conv = core.conversation_table(out)
+    chat = llm.session(context)
+    out = score_conversations(simulated_conversations, chat, Catalog.from_frame(intent_catalog), params.intents)
+    conv = conversation_table(out)
     context.add_output_metadata({
-        **_usage(llm, log), "turns": out.height, "conversations": conv.height,
+        **chat.usage(), "turns": out.height, "conversations": conv.height,
         "mean_sdrs": _round(conv["sdrs"].mean()), "mean_ars": _round(out["ars"].mean()),
-        "score_status": dg.MetadataValue.json({s: int(n) for s, n in conv.group_by("score_status").len().iter_rows()}),
-        "sdrs_distribution": dg.MetadataValue.md(_sdrs_histogram(conv)),
+        "score_status": _counts(conv, "score_status"), "sdrs_distribution": dg.MetadataValue.md(_sdrs_histogram(conv)),
         "seconds": round(time.monotonic() - t0, 1)})
     return out
 
 
-@dg.asset(key_prefix=GROUP, group_name=GROUP, kinds={"polars"},
-          ins={"intent_catalog": dg.AssetIn(key=_key("intent_catalog")),
-               "simulated_conversations": dg.AssetIn(key=_key("simulated_conversations")),
-               "conversation_scores": dg.AssetIn(key=_key("conversation_scores"))})
-def training_conversations(context: dg.AssetExecutionContext, params: ParamsResource, intent_catalog: pl.DataFrame,
-                           simulated_conversations: pl.DataFrame, conversation_scores: pl.DataFrame) -> pl.DataFrame:
+@asset(ins=upstream("intents/intent_catalog", "intents/simulated_conversations", "intents/conversation_scores"))
+def training_conversations(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                           intent_catalog: pl.DataFrame, simulated_conversations: pl.DataFrame,
+                           conversation_scores: pl.DataFrame) -> pl.DataFrame:
     """The curated instruction-tuning set: top `keep_percentile` % by SDRS (cut and removals recorded), label-dropout
     OOD examples, TRL `messages`; kept rows exported to assets/intents/exports/training_conversations.jsonl."""
-    cfg = params.load().intents
-    catalog = core.Catalog.from_frame(intent_catalog)
+    cfg = params.intents
+    catalog = Catalog.from_frame(intent_catalog)
     demos, _ = _demos(cfg, catalog)
-    conv = core.conversation_table(conversation_scores)
-    out = core.training_conversations(simulated_conversations, conv, catalog, demos, cfg.keep_percentile,
-                                      cfg.require_correct, cfg.ood_fraction, cfg.seed, cfg.examples_per_intent)
-    EXPORT.parent.mkdir(parents=True, exist_ok=True)
-    tmp = EXPORT.with_suffix(".jsonl.tmp")
-    tmp.write_text(core.trl_jsonl(out), encoding="utf-8")
-    tmp.replace(EXPORT)
-    kept = out.filter(pl.col("kept"))
+    conv = conversation_table(conversation_scores)
+    out = curation.training_conversations(simulated_conversations, conv, catalog, demos, cfg)
+    lines = write_jsonl_atomic(curation.trl_rows(out), EXPORT)
+    cuts = out["cut_sdrs"].drop_nulls()
     context.add_output_metadata({
-        "conversations": out.height, "kept": kept.height, "label_dropout": int(out["label_dropout"].sum()),
-        "cut_sdrs": _round(out["cut_sdrs"].drop_nulls().first() if out["cut_sdrs"].drop_nulls().len() else None),
-        "removed": dg.MetadataValue.json(
-            {r: int(n) for r, n in out.filter(~pl.col("kept")).group_by("removed_reason").len().iter_rows()}),
-        "export": dg.MetadataValue.path(str(EXPORT)), "export_lines": kept.height})
+        "conversations": out.height, "kept": int(out["kept"].sum()), "label_dropout": int(out["label_dropout"].sum()),
+        "cut_sdrs": _round(cuts.first() if cuts.len() else None),
+        "removed": _counts(out.filter(~pl.col("kept")), "removed_reason"),
+        "export": dg.MetadataValue.path(str(EXPORT)), "export_lines": lines})
     return out
 
 
-@dg.asset(key_prefix=GROUP, group_name=GROUP, kinds={"polars"},
-          ins={"conversation_scores": dg.AssetIn(key=_key("conversation_scores"))})
-def keep_percentile_sweep(context: dg.AssetExecutionContext, params: ParamsResource,
+@asset(ins=upstream("intents/conversation_scores"))
+def keep_percentile_sweep(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                           conversation_scores: pl.DataFrame) -> pl.DataFrame:
     """Table 4 layout on the generated data: conversations kept and their mean SDRS at each top percentile."""
-    cfg = params.load().intents
-    out = core.keep_percentile_sweep(core.conversation_table(conversation_scores), cfg.sweep_percentiles)
-    out = out.with_columns(source=pl.lit("intents/conversation_scores"))
-    context.add_output_metadata({"table": dg.MetadataValue.md(core.markdown(out))})
+    conv = conversation_table(conversation_scores)
+    out = curation.keep_percentile_sweep(conv, params.intents.sweep_percentiles).with_columns(
+        source=pl.lit("intents/conversation_scores"))
+    context.add_output_metadata({"table": dg.MetadataValue.md(eval_markdown(out))})
     return out
 
 
-@dg.asset(key_prefix=GROUP, group_name=GROUP, kinds={"polars"},
-          ins={"intent_catalog": dg.AssetIn(key=_key("intent_catalog")),
-               "intent_utterances": dg.AssetIn(key=_key("intent_utterances")),
-               "ambiguous_queries": dg.AssetIn(key=_key("ambiguous_queries"))})
-def eval_conversations(context: dg.AssetExecutionContext, params: ParamsResource, llm: LLMResource,
-                       intent_catalog: pl.DataFrame, intent_utterances: pl.DataFrame,
-                       ambiguous_queries: pl.DataFrame) -> pl.DataFrame:
+@asset(ins=upstream("intents/intent_catalog", "intents/intent_utterances", "intents/ambiguous_queries"))
+def eval_conversations(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                       llm: dg.ResourceParam[LLMResource], intent_catalog: pl.DataFrame,
+                       intent_utterances: pl.DataFrame, ambiguous_queries: pl.DataFrame) -> pl.DataFrame:
     """Held-out test conversations for every subject model (the subject plays the assistant), one row per message,
     with the judge's scores on assistant rows: ambiguous and unambiguous test queries, user-provided OOD utterances
     and label-dropout OOD. Every kind runs under the same `max_turns`: a subject may ask before it says out of
     domain (the user simulator answers from the utterance itself); OOD conversations are not judged."""
     t0 = time.monotonic()
-    p = params.load()
-    cfg = p.intents
-    catalog = core.Catalog.from_frame(intent_catalog)
+    cfg = params.intents
+    catalog = Catalog.from_frame(intent_catalog)
     demos, _ = _demos(cfg, catalog)
-    names = catalog.names
-    test = intent_utterances.filter(~pl.col("is_ood") & (pl.col("split") == "test"))
-    amb = ambiguous_queries.filter(pl.col("kept") & (pl.col("split") == "test"))
-    una = core.round_robin_sample(test, cfg.n_test_unambiguous, cfg.seed + 3)
-    ood = core.round_robin_sample(intent_utterances.filter(pl.col("is_ood")), cfg.n_test_ood, cfg.seed + 4)
-    drop = core.round_robin_sample(test, cfg.n_test_dropout, cfg.seed + 5)
-    log = _log(llm, context)
-    frames = []
-    score_cols = ["conversation_id", "assistant_turn", "enough_info", "info_source", "ars", "relevance", "conciseness",
-                  "repetition_avoidance", "factuality", "politeness", "quality", "A", "R", "sdrs", "score_status",
-                  "score_error", "judge_calls", "info_raw_output", "quality_raw_output"]
-    for subject in p.llm.subjects:
-        prefix = f"{subject}/test/"
-        seeds = (core.ambiguous_seeds(amb, names, cfg.max_turns, prefix)
-                 + core.unambiguous_seeds(una, names, cfg.max_turns, prefix)
-                 + core.unambiguous_seeds(ood, names, cfg.max_turns, prefix, kind="ood")
-                 + core.unambiguous_seeds(drop, names, cfg.max_turns, prefix, kind="ood_dropout"))
-        turns = core.simulate_conversations(seeds, log, catalog, demos,
-                                            _settings(cfg, f"subject:{subject}", p.llm.role("user_simulator").seed))
-        scores = core.score_conversations(turns.filter(pl.col("kind").is_in(["ambiguous", "unambiguous"])), log,
-                                          catalog, cfg.alpha, cfg.judge_unambiguous)
-        scores = scores.select(score_cols).rename({"info_raw_output": "judge_info_raw",
-                                                   "quality_raw_output": "judge_quality_raw"})
-        frames.append(turns.join(scores, on=["conversation_id", "assistant_turn"], how="left")
-                      .with_columns(subject=pl.lit(subject)))
-    out = pl.concat(frames, how="diagonal_relaxed") if frames else core.empty_turns()
-    out = out.select("subject", *[c for c in out.columns if c != "subject"]).with_columns(source=pl.lit("simulated"))
-    context.add_output_metadata({**_usage(llm, log), "messages": out.height,
+    chat = llm.session(context)
+    out = evaluation.eval_conversations(chat, catalog, demos, intent_utterances, ambiguous_queries, cfg,
+                                        list(params.llm.subjects), params.llm.role(USER_ROLE).seed)
+    out = out.with_columns(source=pl.lit("simulated"))
+    context.add_output_metadata({**chat.usage(), "messages": out.height,
                                  "conversations": out["conversation_id"].n_unique(),
                                  "seconds": round(time.monotonic() - t0, 1)})
     return out
 
 
-@dg.asset(key_prefix=GROUP, group_name=GROUP, kinds={"polars"},
-          ins={"eval_conversations": dg.AssetIn(key=_key("eval_conversations"))})
+@asset(ins=upstream("intents/eval_conversations"))
 def intent_eval(context: dg.AssetExecutionContext, eval_conversations: pl.DataFrame) -> pl.DataFrame:
     """Table 2 layout per subject: IC accuracy (unambiguous), mean SDRS, ARS, Rel, Con, RA, Fac, Pol; plus OOD
     accuracy (user-provided and label-dropout), accuracy on ambiguous queries and counts."""
@@ -291,14 +203,10 @@ def intent_eval(context: dg.AssetExecutionContext, eval_conversations: pl.DataFr
     models = scores.group_by("subject").agg(
         model=pl.col("model").drop_nulls().unique().sort().str.join(","),
         prompt_version=pl.col("prompt_version").drop_nulls().unique().sort().str.join(","))
-    out = core.intent_eval_table(eval_conversations, scores).join(models, on="subject", how="left").with_columns(
+    out = intent_eval_table(eval_conversations, scores).join(models, on="subject", how="left").with_columns(
         source=pl.lit("intents/eval_conversations"))
-    context.add_output_metadata({"table": dg.MetadataValue.md(core.markdown(out))})
+    context.add_output_metadata({"table": dg.MetadataValue.md(eval_markdown(out))})
     return out
-
-
-def _round(x: float | None) -> float | None:
-    return None if x is None else round(float(x), 4)
 
 
 def _sdrs_histogram(conv: pl.DataFrame) -> str:

@@ -8,6 +8,7 @@ come from params (logs.partition_start): `build(params)` makes the group.
 """
 
 import time
+from collections import Counter
 from datetime import date
 
 import dagster as dg
@@ -15,7 +16,14 @@ import polars as pl
 
 from dagster_project.config import LogsConfig, Params
 from dagster_project.core.clarilm.extraction import extract_day
-from dagster_project.core.clarilm.logs import PREFILTER_REASONS, ledger, load_logs, pass_rate, prefilter
+from dagster_project.core.clarilm.logs import (
+    PREFILTER_REASONS,
+    days_to_ingest,
+    ledger,
+    load_logs,
+    pass_rate,
+    prefilter,
+)
 from dagster_project.io.formats.chat_logs import expand_paths
 from dagster_project.lib.assets import group_asset, status_counts, upstream
 from dagster_project.lib.resources import LLMResource
@@ -26,6 +34,12 @@ GROUP = "logs"
 def daily_partitions(cfg: LogsConfig) -> dg.DailyPartitionsDefinition:
     """One partition per log day from logs.partition_start; the newest is yesterday (today is still filling)."""
     return dg.DailyPartitionsDefinition(start_date=cfg.partition_start)
+
+
+def days_to_materialize(cfg: LogsConfig) -> tuple[list[str], Counter[date]]:
+    """The daily partitions that hold records (what `clarify materialize logs` runs) and every day's count;
+    ValueError names days no partition can hold."""
+    return days_to_ingest(cfg, daily_partitions(cfg).get_partition_keys())
 
 
 def build(params: Params) -> dg.Definitions:

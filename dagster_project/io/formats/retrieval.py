@@ -95,7 +95,7 @@ def parse_images(value: Any) -> list[str]:
         else:
             items = s.replace(";", "|").split("|")
     else:
-        raise ValueError(f"images: expected a list or a string, got {type(value).__name__}")
+        raise TypeError(f"images: expected a list or a string, got {type(value).__name__}")
     return [str(i).strip() for i in items if str(i).strip()]
 
 

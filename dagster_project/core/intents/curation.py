@@ -1,0 +1,140 @@
+"""Appendix A top-percentile curation by SDRS, §2.2.1 label-dropout OOD examples, and Appendix C training rows
+(TRL conversational `messages`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from dagster_project.config import IntentsConfig
+from dagster_project.core.intents.assistant import training_system_prompt
+from dagster_project.core.intents.catalog import OOD_TARGET, Catalog
+from dagster_project.core.intents.simulation import PREDICTION_OUTCOMES
+from dagster_project.llm.chat import Message
+
+MESSAGE_TYPE = pl.List(pl.Struct({"role": pl.Utf8, "content": pl.Utf8}))
+TRAINING_SCHEMA = {
+    "conversation_id": pl.Utf8, "kind": pl.Utf8, "method": pl.Utf8, "split": pl.Utf8, "query_id": pl.Utf8,
+    "true_intent": pl.Utf8, "target": pl.Utf8, "candidate_intents": pl.List(pl.Utf8), "label_dropout": pl.Boolean,
+    "outcome": pl.Utf8, "n_turns": pl.Int64, "sdrs": pl.Float64, "sdrs_rank": pl.Int64, "cut_sdrs": pl.Float64,
+    "kept": pl.Boolean, "removed_reason": pl.Utf8, "messages": MESSAGE_TYPE, "n_messages": pl.Int64,
+}
+
+
+def keep_count(n: int, percentile: float) -> int:
+    """How many of n conversations the top `percentile` % keeps: ceil(n * p / 100)."""
+    return min(n, math.ceil(n * percentile / 100 - 1e-9))
+
+
+def _removed(r: dict[str, Any], k: int, cut: float | None, n: int, keep_percentile: float,
+             require_correct: bool) -> str | None:
+    if r["sdrs_rank"] > k:
+        if cut is None:
+            return f"top {keep_percentile:g}% of {n} keeps none"
+        if r["sdrs"] == cut:
+            return f"tied at the cut SDRS {cut:.3f}; ties broken by conversation_id"
+        return f"below the top {keep_percentile:g}% by SDRS (cut {cut:.3f})"
+    if r["outcome"] not in PREDICTION_OUTCOMES:
+        return f"no final prediction (outcome {r['outcome']})"
+    if require_correct and r["outcome"] != "correct":
+        return f"final outcome {r['outcome']} (require_correct)"
+    return None
+
+
+def top_percentile_cut(conv: pl.DataFrame, keep_percentile: float, require_correct: bool = True) -> pl.DataFrame:
+    """Rank conversations by SDRS (high first) and keep the top `keep_percentile` %: exactly ceil(n * p / 100) of
+    the n scored ones. Ties at the cut are broken by conversation_id (ascending), so the count is exact and the
+    result reproducible; a tied conversation left out says so in removed_reason. A kept-rank conversation that
+    never reached a final prediction (max_turns, invalid_reply) is removed whatever require_correct says: Appendix C
+    training examples end with the predicted intent. With require_correct, a kept-rank conversation whose final
+    intent was not the true one is removed too. Unscored conversations (no SDRS) are removed with their score
+    status. Adds sdrs_rank, cut_sdrs, kept, removed_reason."""
+    scored = conv.filter(pl.col("sdrs").is_not_null()).sort(["sdrs", "conversation_id"], descending=[True, False])
+    k = keep_count(scored.height, keep_percentile)
+    cut = scored["sdrs"][k - 1] if k > 0 else None
+    scored = scored.with_columns(sdrs_rank=pl.int_range(1, scored.height + 1, dtype=pl.Int64))
+    rows = []
+    for r in scored.iter_rows(named=True):
+        reason = _removed(r, k, cut, scored.height, keep_percentile, require_correct)
+        rows.append({"conversation_id": r["conversation_id"], "sdrs_rank": r["sdrs_rank"], "kept": reason is None,
+                     "removed_reason": reason})
+    ranked = pl.DataFrame(rows, schema={"conversation_id": pl.Utf8, "sdrs_rank": pl.Int64, "kept": pl.Boolean,
+                                        "removed_reason": pl.Utf8})
+    out = conv.join(ranked, on="conversation_id", how="left")
+    return out.with_columns(
+        kept=pl.col("kept").fill_null(False),
+        removed_reason=pl.when(pl.col("sdrs").is_null()).then(pl.format("no SDRS ({})", pl.col("score_status")))
+        .otherwise(pl.col("removed_reason")),
+        cut_sdrs=pl.lit(cut, pl.Float64), keep_percentile=pl.lit(float(keep_percentile)))
+
+
+def keep_percentile_sweep(conv: pl.DataFrame, percentiles: list[float]) -> pl.DataFrame:
+    """Table 4 layout on the generated data: for each percentile, how many scored conversations the cut keeps,
+    their mean SDRS and the SDRS at the cut. (The paper reports the SDRS of a model fine-tuned on each subset;
+    this pipeline does not fine-tune, so it reports the kept set itself.)"""
+    s = conv.filter(pl.col("sdrs").is_not_null()).sort(["sdrs", "conversation_id"], descending=[True, False])
+    rows = []
+    for p in percentiles:
+        k = keep_count(s.height, p)
+        top = s.head(k)["sdrs"]
+        rows.append({"percentile": float(p), "n_scored": s.height, "n_kept": k,
+                     "mean_sdrs_kept": float(top.mean()) if k else None,
+                     "cut_sdrs": float(top[-1]) if k else None,
+                     "n_correct_kept": int((s.head(k)["outcome"] == "correct").sum())})
+    return pl.DataFrame(rows, schema={"percentile": pl.Float64, "n_scored": pl.Int64, "n_kept": pl.Int64,
+                                      "mean_sdrs_kept": pl.Float64, "cut_sdrs": pl.Float64,
+                                      "n_correct_kept": pl.Int64})
+
+
+def label_dropout_mask(n: int, fraction: float, seed: int) -> list[bool]:
+    """Which of n unambiguous examples get label dropout: round(fraction * n) (halves up), chosen with a seed."""
+    k = min(n, math.floor(fraction * n + 0.5))
+    chosen = set(np.random.default_rng(seed).choice(n, size=k, replace=False).tolist()) if k else set()
+    return [i in chosen for i in range(n)]
+
+
+def training_conversations(turns: pl.DataFrame, conv: pl.DataFrame, catalog: Catalog, demos: list[list[Message]],
+                           cfg: IntentsConfig) -> pl.DataFrame:
+    """One row per simulated conversation with `kept`, `removed_reason` and TRL `messages` (Appendix C).
+
+    Label dropout (§2.2.1) first: a seeded cfg.ood_fraction of the unambiguous conversations is rewritten as an
+    out-of-domain example (the true intent removed from the candidate list in the system prompt, target
+    "out of domain"); such a row is kept whatever its SDRS, which scored the original target. The SDRS cut
+    (cfg.keep_percentile, cfg.require_correct) then ranks the remaining conversations.
+    """
+    una = conv.filter(pl.col("kind") == "unambiguous").sort("conversation_id")["conversation_id"].to_list()
+    dropped = {cid for cid, m in zip(una, label_dropout_mask(len(una), cfg.ood_fraction, cfg.seed)) if m}
+    is_dropped = pl.col("conversation_id").is_in(list(dropped))
+    ranked = top_percentile_cut(conv.filter(~is_dropped), cfg.keep_percentile, cfg.require_correct)
+    by_conv = {cid: t.sort("message_index") for (cid,), t in turns.group_by(["conversation_id"])}
+    rows = []
+    for r in pl.concat([ranked, conv.filter(is_dropped)], how="diagonal_relaxed").iter_rows(named=True):
+        cid = r["conversation_id"]
+        t = by_conv[cid]
+        drop = cid in dropped
+        cands = [c for c in catalog.names if c != r["true_intent"]] if drop else t["candidate_intents"][0].to_list()
+        if drop:
+            msgs = [{"role": "user", "content": t["text"][0]}, {"role": "assistant", "content": OOD_TARGET}]
+        else:
+            msgs = [{"role": m["speaker"], "content": m["text"]} for m in t.iter_rows(named=True)
+                    if m["text"] is not None and m["status"] == "ok"]
+        messages = [{"role": "system", "content": training_system_prompt(catalog, cands, demos,
+                                                                          cfg.examples_per_intent)}, *msgs]
+        rows.append({
+            "conversation_id": cid, "kind": r["kind"], "method": r["method"], "split": r["split"],
+            "query_id": r["query_id"], "true_intent": r["true_intent"],
+            "target": OOD_TARGET if drop else r["true_intent"], "candidate_intents": cands, "label_dropout": drop,
+            "outcome": r["outcome"], "n_turns": r["n_turns"],
+            "sdrs": r["sdrs"], "sdrs_rank": r.get("sdrs_rank"), "cut_sdrs": r.get("cut_sdrs"),
+            "kept": True if drop else bool(r["kept"]), "removed_reason": None if drop else r["removed_reason"],
+            "messages": messages, "n_messages": len(messages),
+        })
+    return pl.DataFrame(rows, schema=TRAINING_SCHEMA).sort("conversation_id")
+
+
+def trl_rows(rows: pl.DataFrame) -> list[dict[str, Any]]:
+    """Kept rows as TRL conversational records: one {"messages": [...]} per conversation (a JSONL line each)."""
+    return [{"messages": m} for m in rows.filter(pl.col("kept"))["messages"].to_list()]

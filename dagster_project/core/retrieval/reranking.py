@@ -1,0 +1,146 @@
+"""ClariMM §4.3.2 constrained generative re-rank (Mario) over YAKE keyword IDs: one decoding step per rank
+whose JSON schema enumerates exactly the IDs not yet generated, so unknown or repeated IDs cannot be produced.
+With a vision-capable reranker the session's images go along as OpenAI-style image parts."""
+
+from __future__ import annotations
+
+import base64
+import mimetypes
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import WithJsonSchema, create_model
+
+from dagster_project.llm.chat import ChatRequest
+from dagster_project.llm.task import (
+    Chat,
+    LLMTask,
+    NonEmpty,
+    Reply,
+    Status,
+    reply_schema,
+)
+
+
+class NextId(Reply):
+    """One decoding step's reply: the keyword ID of the next most relevant document."""
+
+    next: NonEmpty
+
+
+def _allowed(value: NextId, allowed: Sequence[str]) -> str | None:
+    if value.next in set(allowed):
+        return None
+    return f"generated ID {value.next!r} is not an allowed candidate (the backend did not enforce the schema)"
+
+
+RERANK_STEP = LLMTask("retrieval_rerank_step", role="reranker", reply=NextId, check=_allowed,
+                      sampling={"temperature": 0.0, "max_tokens": 48})
+
+
+def next_id_reply(allowed: Sequence[str]) -> type[Reply]:
+    """NextId whose schema enum is exactly the allowed IDs: the decoding constraint for one rank.
+
+    The llama.cpp backend compiles it to a grammar, vLLM to structured outputs, OpenAI-compatible servers
+    enforce it as json_schema: an unknown ID cannot be decoded. Each step's enum holds only the IDs not
+    generated yet, so a repeat cannot be decoded either (the trie constraint of Eq. 6 at ID level).
+    """
+    field = Annotated[NonEmpty, WithJsonSchema({"type": "string", "enum": list(allowed)})]
+    return create_model("NextId", __base__=NextId, next=(field, ...))
+
+
+def next_id_schema(allowed: Sequence[str]) -> dict[str, Any]:
+    """The JSON schema one rank's request carries (see next_id_reply)."""
+    return reply_schema(next_id_reply(allowed))
+
+
+def candidate_block(candidates: Sequence[tuple[str, str]]) -> str:
+    """Numbered list of '<keyword id>: snippet' lines."""
+    return "\n".join(f"- [{kid}] {snippet}" for kid, snippet in candidates)
+
+
+def image_part(ref: str, base_dir: str | Path | None) -> dict[str, Any]:
+    """An OpenAI-style image content part: URLs pass through, local files become data URLs."""
+    if ref.startswith(("http://", "https://", "data:")):
+        return {"type": "image_url", "image_url": {"url": ref}}
+    path = Path(ref) if Path(ref).is_absolute() or base_dir is None else Path(base_dir) / ref
+    if not path.exists():
+        raise FileNotFoundError(f"image {ref!r} not found at {path}")
+    mime = mimetypes.guess_type(path.name)[0] or "image/png"
+    return {"type": "image_url",
+            "image_url": {"url": f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode()}"}}
+
+
+def rerank_step_request(query: str, conversation: str, candidates: Sequence[tuple[str, str]], chosen: Sequence[str],
+                        images: Sequence[dict] | None = None, seed: int = 0) -> ChatRequest:
+    """One constrained decoding step: which remaining keyword ID is the next most relevant document."""
+    remaining = [kid for kid, _ in candidates if kid not in set(chosen)]
+    msgs = RERANK_STEP.template.messages(query=query, conversation=conversation,
+                                         candidates=candidate_block(candidates),
+                                         chosen=", ".join(f"[{c}]" for c in chosen) or "none yet")
+    if images:
+        msgs[-1] = {"role": "user", "content": [{"type": "text", "text": msgs[-1]["content"]}, *images]}
+    return RERANK_STEP.with_reply(next_id_reply(remaining)).request(msgs, seed=seed)
+
+
+@dataclass
+class GenerativeTask:
+    """One query to re-rank: its text, the conversation, candidate (keyword id, snippet) pairs, doc ids, images."""
+
+    query: str
+    conversation: str
+    candidates: list[tuple[str, str]]
+    doc_ids: list[str]
+    images: list[dict] | None = None
+
+
+@dataclass
+class GenerativeResult:
+    """A re-ranked list with the provenance of the steps that produced it."""
+
+    order: list[str]  # doc ids: generated ones first, then the remaining first-phase order
+    generated: int
+    status: Status
+    error: str | None
+    raw_outputs: list[str | None]
+    model: str
+    prompt_version: str
+
+
+def generative_rerank(tasks: Sequence[GenerativeTask], steps: int, chat: Chat, seed: int = 0) -> list[GenerativeResult]:
+    """Mario's inference as constrained decoding: `steps` ranks are generated, one batched call per rank.
+
+    Step j sends every still-running task one request whose schema allows only its IDs not chosen in steps
+    1..j-1. A task whose step fails stops generating (status and error recorded); its remaining ranks keep
+    the first-phase order, as do ranks beyond `steps`.
+    """
+    chosen: list[list[str]] = [[] for _ in tasks]
+    raws: list[list[str | None]] = [[] for _ in tasks]
+    status = [Status.OK] * len(tasks)
+    errors: list[str | None] = [None] * len(tasks)
+    models = [""] * len(tasks)
+    version = ""
+    for _ in range(steps):
+        sent = [(i, rerank_step_request(t.query, t.conversation, t.candidates, chosen[i], t.images, seed))
+                for i, t in enumerate(tasks) if status[i] is Status.OK and len(chosen[i]) < len(t.candidates)]
+        if not sent:
+            break
+        version = RERANK_STEP.version
+        results = chat(RERANK_STEP.role, [req for _, req in sent])
+        for (i, req), res in zip(sent, results, strict=True):
+            [o] = RERANK_STEP.outcomes(req.json_schema["properties"]["next"]["enum"], req, res)
+            raws[i].append(o.raw_output)
+            models[i] = o.model or models[i]
+            if not o.ok:
+                status[i], errors[i] = o.status, o.error
+                continue
+            chosen[i].append(o.value.next)
+    out = []
+    for i, t in enumerate(tasks):
+        by_kid = dict(zip((k for k, _ in t.candidates), t.doc_ids))
+        head = [by_kid[k] for k in chosen[i]]
+        tail = [d for d in t.doc_ids if d not in set(head)]
+        out.append(GenerativeResult(head + tail, len(head), status[i], errors[i], raws[i], models[i], version))
+    return out

@@ -1,0 +1,45 @@
+"""CLAMBER (JSONL): fields ``question``, ``context`` (optional), ``require_clarification`` (0/1),
+``clarifying_question``, ``category``, ``subclass``. One single-turn dialogue per record; the reference
+action is clarify when require_clarification is 1. Lines that hold a JSON *string* which itself contains
+the object (as in some published copies) are accepted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dagster_project.io.formats.dialogues import ImportResult, TurnSink, read, text_value
+
+
+def flag_value(value: Any) -> int | None:
+    """0/1 from 0, 1, "0", "1", true, false; None otherwise."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int) and value in (0, 1):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("0", "1", "true", "false"):
+        return int(value.strip().lower() in ("1", "true"))
+    return None
+
+
+def read_clamber(path: str | Path, dataset: str, limit: int | None = None) -> ImportResult:
+    """CLAMBER records -> single-turn dialogues ``<dataset>-<id or record number>``."""
+    sink = TurnSink(dataset, Path(path).as_posix())
+    for rec, obj in read(path, sink, limit):
+        question = text_value(obj.get("question"))
+        need = flag_value(obj.get("require_clarification"))
+        if question is None:
+            sink.rejected.add_record(rec, "missing or empty 'question'", "question")
+            continue
+        if need is None:
+            sink.rejected.add_record(rec, "'require_clarification' must be 0 or 1, got "
+                                          f"{obj.get('require_clarification')!r}", "require_clarification")
+            continue
+        context = text_value(obj.get("context"))
+        user = f"{context}\n\n{question}" if context else question
+        ident = text_value(obj.get("id")) or f"{rec.record:06d}"
+        sink.turn(rec.record, f"{dataset}-{ident}", 1, 1, [{"role": "user", "content": user}],
+                  "clarify" if need == 1 else "answer", text_value(obj.get("clarifying_question")),
+                  text_value(obj.get("subclass")) or text_value(obj.get("category")), None)
+    return sink.result()
