@@ -9,7 +9,7 @@ from _common import BenchResult, ratio, say, timer
 
 from dagster_project.llm.chat import ChatRequest
 from dagster_project.config import LLMConfig, RoleConfig
-from dagster_project.llm.parsing import parse_json_object
+from dagster_project.llm.task import parse_json_object
 
 PROMPTS = (
     "What is the capital of France?",

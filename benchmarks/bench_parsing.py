@@ -8,7 +8,7 @@ from collections import Counter
 
 from _common import BenchResult, say, timer
 
-from dagster_project.llm.parsing import parse_json_object
+from dagster_project.llm.task import parse_json_object
 from dagster_project.llm.protocol import parse_decision
 
 _WORDS = ("the", "flight", "leaves", "at", "noon", "python", "list", "sorted", "recipe", "needs", "two", "eggs",

@@ -18,9 +18,10 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Annotated, Any, Generic, TypeVar
 
+import polars as pl
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from dagster_project.llm.chat import ChatRequest, ChatResult, Message
+from dagster_project.llm.chat import ChatRequest, ChatResult, Message, canonical_json
 from dagster_project.llm.prompts import Prompt, load_prompt
 
 
@@ -179,6 +180,47 @@ class Outcome(Generic[Item, R]):
         return row | {"repaired": self.repaired} if repaired else row
 
 
+PROVENANCE_SCHEMA = {"status": pl.Utf8, "error": pl.Utf8, "raw_output": pl.Utf8, "model": pl.Utf8,
+                     "prompt_version": pl.Utf8}
+"""The provenance columns of every LLM table (Outcome.provenance()), as polars types."""
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One request of a batch: the item it is about, the task that parses its reply, the request itself.
+    A batch may mix tasks (prompts, reply models, sampling) as long as they go to one role."""
+
+    item: Any
+    task: LLMTask[Any]
+    request: ChatRequest
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An ask after the model: its item, the backend's result (usage, latency, cache) and the outcomes per sample."""
+
+    item: Any
+    result: ChatResult
+    outcomes: list[Outcome[Any, Any]]
+
+    @property
+    def first(self) -> Outcome[Any, Any]:
+        return self.outcomes[0]
+
+
+def ask_all(chat: Chat, role: str, asks: Sequence[Ask], once: bool = False) -> list[Answer]:
+    """Send every ask's request to `role` in one call; answers in ask order (no call for no asks).
+
+    once: identical requests (messages, schema, sampling, template version) are sent once, and every ask
+    that rendered to one shares its result (sessions that share a first turn ask it once)."""
+    keys = [canonical_json([list(a.request.messages), a.request.json_schema, dataclasses.asdict(a.request.sampling),
+                            a.request.prompt_version]) if once else str(i) for i, a in enumerate(asks)]
+    distinct = {k: a.request for k, a in reversed(list(zip(keys, asks)))}
+    order = list(dict.fromkeys(keys))
+    results = dict(zip(order, chat(role, [distinct[k] for k in order]) if order else [], strict=True))
+    return [Answer(a.item, results[k], a.task.outcomes(a.item, a.request, results[k])) for k, a in zip(keys, asks)]
+
+
 Render = Callable[[Any], "Mapping[str, Any] | list[Message]"]
 
 
@@ -219,6 +261,10 @@ class LLMTask(Generic[R]):
         messages = values if isinstance(values, list) else self.template.messages(**values)
         return ChatRequest.of(messages, self.version, self.schema, **(dict(self.sampling) | sampling))
 
+    def ask(self, item: Any, values: Mapping[str, Any] | list[Message], **sampling: Any) -> Ask:
+        """One request of this step about `item`, for `ask_all` (batches that mix steps or dedupe requests)."""
+        return Ask(item, self, self.request(values, **sampling))
+
     def parse(self, text: str | None, item: Any = None) -> Parsed[R]:
         """Validate one reply text; never raises."""
         if self.reply is None:
@@ -257,21 +303,16 @@ class LLMTask(Generic[R]):
 
         render(item) gives template values (or messages); sampling(item) per-item overrides (e.g. a seed).
         An item that cannot be rendered becomes an input_error outcome and is not sent."""
-        sent: list[tuple[Item, ChatRequest]] = []
+        asks: list[Ask] = []
         failed: dict[int, Outcome[Item, R]] = {}
         for idx, item in enumerate(items):
             try:
-                sent.append((item, self.request(render(item), **(dict(sampling(item)) if sampling else {}))))
+                asks.append(self.ask(item, render(item), **(dict(sampling(item)) if sampling else {})))
             except (KeyError, ValueError, TypeError) as err:
                 failed[idx] = Outcome(item, 0, Status.INPUT_ERROR, None, f"cannot render {self.prompt}: {err!r}",
                                       None, "", self.version)
-        results = chat(self.role, [r for _, r in sent]) if sent else []
-        answered = iter(zip(sent, results, strict=True))
+        answered = iter(ask_all(chat, self.role, asks))
         out: list[Outcome[Item, R]] = []
         for idx in range(len(items)):
-            if idx in failed:
-                out.append(failed[idx])
-                continue
-            (item, req), res = next(answered)
-            out.extend(self.outcomes(item, req, res))
+            out.extend([failed[idx]] if idx in failed else next(answered).outcomes)
         return out

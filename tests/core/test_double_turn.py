@@ -225,7 +225,7 @@ def test_generic_csv_and_jsonl(tmp_path):
     assert merge_interpretations(records[0].items)[1] == {"answers": ["Michael Keaton", "Keaton"],
                                                           "question": "Who played Batman in the 1989 film?"}
     # CSV records are data rows (io.records: the header is not a record): g3 is row 3, g4 row 4
-    assert {(r["record"], r["field"], r["raw"].split(",")[0]) for r in rejected.rows} == \
+    assert {(r["record"], r["field"], json.loads(r["raw"])["id"]) for r in rejected.rows} == \
         {(3, "answers", "g3"), (4, "disambiguated_questions", "g4")}
     p = tmp_path / "g.jsonl"
     p.write_text(json.dumps({"id": 5, "question": "q?", "answers": [["a"], ["b", "B2"]]}) + "\n")
@@ -321,7 +321,7 @@ def test_structured_subject_replies_become_protocol_text():
     assert subject_reply_text("direct_greedy", "The answer is X", "free_text") == "The answer is X"
     cfg = DoubleTurnConfig(n_direct_samples=3, sample_temperature=1.0, seed=0, subject_max_tokens=16,
                            subject_output="json")
-    reqs = [a.request() for a in turn2_asks(pl.DataFrame({"query_id": ["q"], "question": ["x?"]}), cfg)]
+    reqs = [a.request for a in turn2_asks(pl.DataFrame({"query_id": ["q"], "question": ["x?"]}), cfg)]
     assert [r.json_schema is not None for r in reqs] == [True] * 4 and reqs[1].sampling.n == 3
 
 

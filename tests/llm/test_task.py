@@ -8,7 +8,10 @@ from fakes import ScriptedBackend
 
 from dagster_project.config import parse_params
 from dagster_project.llm.client import LLMClient, LLMSession
-from dagster_project.llm.task import LLMTask, NonEmpty, Reply, Status, parse_json_object, reply_schema, text_field
+from dagster_project.llm.chat import ChatResult
+from dagster_project.llm.task import (
+    LLMTask, NonEmpty, Reply, Status, ask_all, parse_json_object, reply_schema, text_field,
+)
 
 # ---------------------------------------------------------------- parse_json_object
 
@@ -152,3 +155,20 @@ def test_request_carries_schema_version_and_sampling_defaults():
     req = task.request({"query": "q", "subtype_name": "s", "definition": "d", "clarifying_question": "c"}, seed=3)
     assert req.json_schema == reply_schema(Scored) and req.prompt_version == task.version
     assert (req.sampling.temperature, req.sampling.max_tokens, req.sampling.seed) == (0.0, 40, 3)
+
+
+def test_ask_all_mixes_steps_in_one_call_and_can_send_identical_requests_once(tmp_path):
+    calls = []
+
+    def chat(role, requests):
+        calls.append((role, len(requests)))
+        return [ChatResult(texts=[json.dumps({"query": "a", "score": 1, "items": []})], model="m") for _ in requests]
+
+    free = LLMTask("rate_single_turn", role="judge")
+    values = {"query": "q", "subtype_name": "s", "definition": "d", "clarifying_question": "c"}
+    asks = [TASK.ask("x", values), free.ask("y", values), TASK.ask("z", values)]
+    answers = ask_all(chat, "judge", asks)
+    assert calls == [("judge", 3)] and [a.item for a in answers] == ["x", "y", "z"]
+    assert answers[0].first.value.score == 1 and answers[1].first.value.startswith("{")  # free text: the text
+    assert ask_all(chat, "judge", asks, once=True)[2].first.ok and calls[-1] == ("judge", 2)  # x and z are one request
+    assert ask_all(chat, "judge", []) == [] and len(calls) == 2

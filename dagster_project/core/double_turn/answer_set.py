@@ -8,7 +8,10 @@ from typing import Any
 import polars as pl
 
 from dagster_project.core.double_turn.evaluation import SYSTEM_LABELS, SYSTEMS
-from dagster_project.core.double_turn.metrics import direct_answer_accuracy, random_decision_baseline
+from dagster_project.core.double_turn.metrics import (
+    direct_answer_accuracy,
+    random_decision_baseline,
+)
 from dagster_project.llm.task import Status
 
 # an unusable reply counts as wrong; LLM failures are excluded (and counted in n_excluded)

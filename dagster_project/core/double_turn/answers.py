@@ -14,9 +14,17 @@ import polars as pl
 from pydantic import Field
 
 from dagster_project.config import DoubleTurnConfig
-from dagster_project.core.double_turn.batch import PROVENANCE
 from dagster_project.core.double_turn.metrics import exact_match, normalize_answer
-from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Outcome, Parsed, Reply, Status
+from dagster_project.llm.task import (
+    PROVENANCE_SCHEMA,
+    Chat,
+    LLMTask,
+    NonEmpty,
+    Outcome,
+    Parsed,
+    Reply,
+    Status,
+)
 
 CLARIFY_MARK = "Clarifying Question:"
 _ANSWER_LEAD = re.compile(r"^\s*(?:the\s+answer\s+is|answer)\s*[:\-]?\s*", re.I)
@@ -119,7 +127,7 @@ FEASIBLE_SCHEMA = {
     "y_human_aliases": pl.List(pl.List(pl.Utf8)), "y_model": pl.List(pl.Utf8),
     "y_model_matches_gold": pl.List(pl.Boolean), "n_model_answers": pl.Int64, "model_filter_passed": pl.Boolean,
     "filter_reason": pl.Utf8, "sft_human": pl.Boolean, "sft_model": pl.Boolean, "n_calls": pl.Int64,
-    "sample_statuses": pl.List(pl.Utf8), "raw_outputs": pl.List(pl.Utf8), **PROVENANCE}
+    "sample_statuses": pl.List(pl.Utf8), "raw_outputs": pl.List(pl.Utf8), **PROVENANCE_SCHEMA}
 
 
 def feasible_answers(chat: Chat, queries: pl.DataFrame, pool: list[tuple[str, str, str]],

@@ -18,9 +18,15 @@ from dagster_project.core.double_turn.answers import (
     pick_shots,
     top_k_answers,
 )
-from dagster_project.core.double_turn.batch import PROVENANCE
 from dagster_project.core.double_turn.metrics import normalize_answer
-from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Outcome, Reply
+from dagster_project.llm.task import (
+    PROVENANCE_SCHEMA,
+    Chat,
+    LLMTask,
+    NonEmpty,
+    Outcome,
+    Reply,
+)
 
 
 class Clarification(Reply):
@@ -34,7 +40,7 @@ CLARIFY = LLMTask("double_turn_clarify", role="clarifier", reply=Clarification, 
 CANDIDATE_SCHEMA = {
     "candidate_id": pl.Utf8, "query_id": pl.Utf8, "question": pl.Utf8, "kind": pl.Utf8, "decoding": pl.Utf8,
     "sample_index": pl.Int64, "clarifying_question": pl.Utf8, "answer": pl.Utf8, "text": pl.Utf8,
-    "in_pairs": pl.Boolean, "reason": pl.Utf8, "in_topk": pl.Boolean, **PROVENANCE,
+    "in_pairs": pl.Boolean, "reason": pl.Utf8, "in_topk": pl.Boolean, **PROVENANCE_SCHEMA,
 }
 
 

@@ -15,13 +15,28 @@ import polars as pl
 from pydantic import Field
 
 from dagster_project.config import DoubleTurnConfig
-from dagster_project.core.double_turn.answers import Answer, answer_of, answers_after, clarify_text, top_k_answers
-from dagster_project.core.double_turn.batch import PROVENANCE, Ask, ask
+from dagster_project.core.double_turn.answers import (
+    Answer,
+    answer_of,
+    answers_after,
+    clarify_text,
+    top_k_answers,
+)
 from dagster_project.core.double_turn.candidates import Clarification
 from dagster_project.core.double_turn.metrics import answer_set_f1
 from dagster_project.core.double_turn.simulation import simulate, simulation_fields
 from dagster_project.llm.protocol import parse_decision
-from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Outcome, Reply, Status
+from dagster_project.llm.task import (
+    PROVENANCE_SCHEMA,
+    Ask,
+    Chat,
+    LLMTask,
+    NonEmpty,
+    Outcome,
+    Reply,
+    Status,
+    ask_all,
+)
 
 
 class Decision(Reply):
@@ -58,10 +73,10 @@ def turn2_asks(queries: pl.DataFrame, cfg: DoubleTurnConfig) -> list[Ask]:
     for q in queries.iter_rows(named=True):
         for system, (_, inference, _) in SYSTEMS.items():
             sampled = inference == "sampled"
-            asks.append(Ask(subject_task(system, cfg.subject_output), {"query_id": q["query_id"], "system": system},
-                            {"question": q["question"]},
-                            {"temperature": cfg.sample_temperature if sampled else 0.0, "seed": cfg.seed,
-                             "n": cfg.n_direct_samples if sampled else 1, "max_tokens": cfg.subject_max_tokens}))
+            asks.append(subject_task(system, cfg.subject_output).ask(
+                {"query_id": q["query_id"], "system": system}, {"question": q["question"]},
+                temperature=cfg.sample_temperature if sampled else 0.0, seed=cfg.seed,
+                n=cfg.n_direct_samples if sampled else 1, max_tokens=cfg.subject_max_tokens))
     return asks
 
 
@@ -166,7 +181,7 @@ EVAL_SCHEMA = {
     "action": pl.Utf8, "turns": pl.Int64, "clarifying_question": pl.Utf8, "predictions": pl.List(pl.Utf8),
     "owners": pl.List(pl.Int64), "user_replies": pl.List(pl.Utf8), "abstain_reasons": pl.List(pl.Utf8),
     "precision": pl.Float64, "recall": pl.Float64, "f1": pl.Float64, "raw_outputs": pl.List(pl.Utf8),
-    "final_raw_outputs": pl.List(pl.Utf8), **PROVENANCE,
+    "final_raw_outputs": pl.List(pl.Utf8), **PROVENANCE_SCHEMA,
 }
 Finals = dict[tuple[int, int], Outcome[dict[str, Any], Answer]]
 
@@ -242,7 +257,8 @@ def eval_interactions(chat: Chat, qa: pl.DataFrame, queries: pl.DataFrame, subje
     """Every subject x system x eval query: turn 2, simulated users' replies, answers after clarifying, F1."""
     episodes: list[dict[str, Any]] = []
     for s in subjects:
-        episodes += turn2_episodes(qa, s, ask(chat, f"subject:{s}", turn2_asks(queries, cfg)), cfg.subject_output)
+        answers = ask_all(chat, f"subject:{s}", turn2_asks(queries, cfg))
+        episodes += turn2_episodes(qa, s, [a.outcomes for a in answers], cfg.subject_output)
     users = [o.item | simulation_fields(o) for o in simulate(chat, episode_user_items(episodes))]
     answering = [u for u in users if not u["abstained"]]
     finals: Finals = {}

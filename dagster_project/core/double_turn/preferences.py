@@ -10,15 +10,14 @@ import polars as pl
 from pydantic import Field, WithJsonSchema
 
 from dagster_project.core.double_turn.answers import answer_of, answers_after
-from dagster_project.core.double_turn.batch import PROVENANCE
 from dagster_project.core.double_turn.metrics import exact_match
 from dagster_project.core.double_turn.simulation import SchemaRequired
-from dagster_project.llm.task import Chat, LLMTask, Status
+from dagster_project.llm.task import PROVENANCE_SCHEMA, Chat, LLMTask, Status
 
 OUTCOME_SCHEMA = {
     "outcome_id": pl.Utf8, "candidate_id": pl.Utf8, "query_id": pl.Utf8, "kind": pl.Utf8, "user_index": pl.Int64,
     "expected_answer": pl.Utf8, "user_reply": pl.Utf8, "outcome": pl.Utf8, "prediction": pl.Utf8, "em": pl.Float64,
-    "candidate_score": pl.Float64, "scored": pl.Boolean, **PROVENANCE,
+    "candidate_score": pl.Float64, "scored": pl.Boolean, **PROVENANCE_SCHEMA,
 }
 
 
@@ -87,7 +86,7 @@ JUDGE = LLMTask("double_turn_judge", role="judge", reply=JudgeScore, check=_in_r
                 sampling={"temperature": 0.0, "max_tokens": 60})
 
 SCORE_SCHEMA = {"candidate_id": pl.Utf8, "query_id": pl.Utf8, "kind": pl.Utf8, "text": pl.Utf8,
-                "judge_score": pl.Float64, "judge_reason": pl.Utf8, **PROVENANCE}
+                "judge_score": pl.Float64, "judge_reason": pl.Utf8, **PROVENANCE_SCHEMA}
 
 
 def single_turn_scores(chat: Chat, candidates: pl.DataFrame) -> pl.DataFrame:

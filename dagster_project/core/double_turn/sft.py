@@ -9,10 +9,21 @@ from typing import Annotated, Any
 import polars as pl
 from pydantic import Field, WithJsonSchema, create_model
 
-from dagster_project.core.double_turn.batch import PROVENANCE, Ask, ask
 from dagster_project.core.double_turn.metrics import normalize_answer
-from dagster_project.core.double_turn.simulation import NONE_REPLIES, SchemaRequired, leaks_answer
-from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Outcome
+from dagster_project.core.double_turn.simulation import (
+    NONE_REPLIES,
+    SchemaRequired,
+    leaks_answer,
+)
+from dagster_project.llm.task import (
+    PROVENANCE_SCHEMA,
+    Ask,
+    Chat,
+    LLMTask,
+    NonEmpty,
+    Outcome,
+    ask_all,
+)
 
 SFT = LLMTask("double_turn_sft", role="generator", sampling={"temperature": 0.0})
 
@@ -41,16 +52,15 @@ def sft_asks(feasible: pl.DataFrame, max_tokens: int) -> list[Ask]:
             fields = ", ".join(f'"reply_{i}"' for i in range(1, len(answers) + 1))
             item = {"query_id": f["query_id"], "question": f["question"], "answer_source": source,
                     "answers": answers, "aliases": aliases}
-            asks.append(Ask(SFT.with_reply(sft_reply(len(answers))), item,
-                            {"question": f["question"], "answer_list": listing, "reply_fields": fields},
-                            {"max_tokens": max_tokens}))
+            values = {"question": f["question"], "answer_list": listing, "reply_fields": fields}
+            asks.append(SFT.with_reply(sft_reply(len(answers))).ask(item, values, max_tokens=max_tokens))
     return asks
 
 
 SFT_SCHEMA = {
     "sft_id": pl.Utf8, "query_id": pl.Utf8, "question": pl.Utf8, "answer_source": pl.Utf8, "row_type": pl.Utf8,
     "answer_index": pl.Int64, "expected_answer": pl.Utf8, "clarifying_question": pl.Utf8,
-    "user_reply": pl.Utf8, "kept": pl.Boolean, "reason": pl.Utf8, **PROVENANCE}
+    "user_reply": pl.Utf8, "kept": pl.Boolean, "reason": pl.Utf8, **PROVENANCE_SCHEMA}
 
 
 def _answer_reason(status: str, reply: str | None, aliases: list[str]) -> str | None:
@@ -84,5 +94,5 @@ def sft_rows(o: Outcome[dict[str, Any], Any]) -> list[dict[str, Any]]:
 
 def clarify_sft(chat: Chat, feasible: pl.DataFrame, max_tokens: int) -> pl.DataFrame:
     """Every generator call of the SFT queries as (x, q) and (x, q, a_i, y_i) rows."""
-    rows = [r for outs in ask(chat, SFT.role, sft_asks(feasible, max_tokens)) for o in outs for r in sft_rows(o)]
+    rows = [r for a in ask_all(chat, SFT.role, sft_asks(feasible, max_tokens)) for o in a.outcomes for r in sft_rows(o)]
     return pl.DataFrame(rows, schema=SFT_SCHEMA).select(list(SFT_SCHEMA))

@@ -12,9 +12,8 @@ from typing import Annotated, Any
 import polars as pl
 from pydantic import ConfigDict, WithJsonSchema
 
-from dagster_project.core.double_turn.batch import PROVENANCE
 from dagster_project.core.double_turn.metrics import normalize_answer
-from dagster_project.llm.task import Chat, LLMTask, Outcome, Reply
+from dagster_project.llm.task import PROVENANCE_SCHEMA, Chat, LLMTask, Outcome, Reply
 
 NONE_REPLIES = {"", "none", "n/a", "na", "no reply", "no answer"}
 
@@ -116,7 +115,7 @@ def user_items(candidates: pl.DataFrame, qa: pl.DataFrame) -> list[dict[str, Any
 SIMULATION_SCHEMA = {
     "sim_id": pl.Utf8, "candidate_id": pl.Utf8, "query_id": pl.Utf8, "user_index": pl.Int64,
     "expected_answer": pl.Utf8, "clarifying_question": pl.Utf8, "reply": pl.Utf8, "abstained": pl.Boolean,
-    "abstain_reason": pl.Utf8, **PROVENANCE,
+    "abstain_reason": pl.Utf8, **PROVENANCE_SCHEMA,
 }
 
 

@@ -8,8 +8,7 @@ from collections.abc import Sequence
 import polars as pl
 from pydantic import Field
 
-from dagster_project.core.retrieval.calls import Ask, ask_once
-from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Reply
+from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Reply, ask_all
 
 
 class InferredQuery(Reply):
@@ -53,8 +52,8 @@ def infer_queries(chat: Chat, sessions: pl.DataFrame, inputs: Sequence[str], see
     """inference_inputs plus inferred_query and the LLM provenance columns; each distinct conversation asked once."""
     rows = inference_inputs(sessions, inputs)
     conversations = rows["conversation"].to_list()
-    asks = [Ask(c, INFER, INFER.request({"conversation": c}, seed=seed)) for c in dict.fromkeys(conversations)]
-    answers = ask_once(chat, INFER.role, asks)
+    asks = [INFER.ask(c, {"conversation": c}, seed=seed) for c in dict.fromkeys(conversations)]
+    answers = {a.item: a.first for a in ask_all(chat, INFER.role, asks, once=True)}
     out = [answers[c] for c in conversations]
     return rows.with_columns(
         inferred_query=pl.Series([" ".join(o.value.query.split()) if o.ok else None for o in out], dtype=pl.Utf8),

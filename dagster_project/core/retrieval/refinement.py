@@ -14,8 +14,15 @@ import polars as pl
 from pydantic import Field, WithJsonSchema
 
 from dagster_project.config import LLMConfig, RetrievalConfig
-from dagster_project.core.retrieval.calls import Ask, ask_once
-from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Outcome, Reply, Status
+from dagster_project.llm.task import (
+    Chat,
+    LLMTask,
+    NonEmpty,
+    Outcome,
+    Reply,
+    Status,
+    ask_all,
+)
 
 # Decisions only (no free-text reason): a few output tokens per check keeps the refinement cheap. The
 # conservative choice (keep the session as it is) is listed first in prompt and schema: a judge too weak to
@@ -204,8 +211,8 @@ def refine_sessions(candidates: pl.DataFrame, qa: dict[str, dict], similar: dict
 
 def _ask_each(chat: Chat, task: LLMTask, items: Iterable[Hashable], values: Any, **sampling: Any) -> dict:
     """item -> outcome of `task` for every distinct item (each distinct prompt sent once)."""
-    asks = [Ask(item, task, task.request(values(item), **sampling)) for item in dict.fromkeys(items)]
-    return ask_once(chat, task.role, asks)
+    asks = [task.ask(item, values(item), **sampling) for item in dict.fromkeys(items)]
+    return {a.item: a.first for a in ask_all(chat, task.role, asks, once=True)}
 
 
 def refine(chat: Chat, candidates: pl.DataFrame, qa: dict[str, dict], cfg: RetrievalConfig,
@@ -229,9 +236,9 @@ def refine(chat: Chat, candidates: pl.DataFrame, qa: dict[str, dict], cfg: Retri
         planned = refine_sessions(candidates, qa, similar, revealed, {})  # which turns survive, at which stage
         items = dict.fromkeys((t["qa_id"], rewrite_stage(t["turn"], row["n_turns"]))
                               for row in planned.filter(pl.col("kept")).iter_rows(named=True) for t in row["turns"])
-        asks = [Ask(item, REWRITE[item[1]], REWRITE[item[1]].request(
-            _turn_values(qa[item[0]]), temperature=cfg.refine_temperature, seed=simulator_seed)) for item in items]
-        rewrites = ask_once(chat, "user_simulator", asks)
+        asks = [REWRITE[item[1]].ask(item, _turn_values(qa[item[0]]), temperature=cfg.refine_temperature,
+                                     seed=simulator_seed) for item in items]
+        rewrites = {a.item: a.first for a in ask_all(chat, "user_simulator", asks, once=True)}
     used = [(SIMILAR, cfg.similar_check), (REVEALED, cfg.reveal_cut),
             *((task, cfg.rewrite_answers) for task in REWRITE.values())]
     versions = sorted({task.version for task, on in used if on})

@@ -17,7 +17,12 @@ from pydantic import Field
 from dagster_project.config import EvaluationConfig
 from dagster_project.core.clarifymt.agent.base import base_messages
 from dagster_project.core.clarifymt.agent.method import (
-    DialogueTurn, Prediction, ask, failed_prediction, json_string, schema_required,
+    DialogueTurn,
+    Prediction,
+    ask,
+    failed_prediction,
+    json_string,
+    schema_required,
 )
 from dagster_project.core.shared.dedup import Embed
 from dagster_project.core.shared.taxonomy import SUBTYPES

@@ -8,7 +8,12 @@ from string import Template
 import polars as pl
 
 from dagster_project.config import EvaluationConfig
-from dagster_project.core.clarifymt.agent.method import DialogueTurn, Prediction, ask, protocol_prediction
+from dagster_project.core.clarifymt.agent.method import (
+    DialogueTurn,
+    Prediction,
+    ask,
+    protocol_prediction,
+)
 from dagster_project.core.shared.dedup import Embed
 from dagster_project.llm.chat import ChatRequest, ChatResult, Message
 from dagster_project.llm.protocol import parse_decision

@@ -29,8 +29,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from dagster_project.config import EvaluationConfig
-from dagster_project.core.clarifymt.agent.method import DialogueTurn, Prediction, ask, transcript
-from dagster_project.core.clarifymt.agent.modules import MODULES, TASKS, observations, text_or_empty
+from dagster_project.core.clarifymt.agent.method import (
+    DialogueTurn,
+    Prediction,
+    ask,
+    transcript,
+)
+from dagster_project.core.clarifymt.agent.modules import (
+    MODULES,
+    TASKS,
+    observations,
+    text_or_empty,
+)
 from dagster_project.core.clarifymt.agent.tracker import Tracker, slot_key
 from dagster_project.core.shared.dedup import Embed
 from dagster_project.core.shared.taxonomy import PERSONAS

@@ -12,7 +12,11 @@ from collections.abc import Sequence
 from dagster_project.config import EvaluationConfig
 from dagster_project.core.clarifymt.agent.base import base_messages
 from dagster_project.core.clarifymt.agent.method import (
-    DialogueTurn, Prediction, ask, decision_prediction, failed_prediction,
+    DialogueTurn,
+    Prediction,
+    ask,
+    decision_prediction,
+    failed_prediction,
 )
 from dagster_project.core.shared.dedup import Embed
 from dagster_project.llm.protocol import Decision, parse_decision

@@ -15,7 +15,12 @@ import numpy as np
 
 from dagster_project.config import EvaluationConfig
 from dagster_project.core.clarifymt.agent.base import base_messages
-from dagster_project.core.clarifymt.agent.method import DialogueTurn, Prediction, ask, json_string
+from dagster_project.core.clarifymt.agent.method import (
+    DialogueTurn,
+    Prediction,
+    ask,
+    json_string,
+)
 from dagster_project.core.shared.dedup import Embed
 from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Reply, Status
 

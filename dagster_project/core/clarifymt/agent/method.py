@@ -19,7 +19,7 @@ from pydantic import ConfigDict, WithJsonSchema
 from dagster_project.core.shared.dedup import Embed
 from dagster_project.llm.chat import ChatResult, Message
 from dagster_project.llm.protocol import Decision, parse_decision
-from dagster_project.llm.task import Chat, LLMTask, Outcome, Status
+from dagster_project.llm.task import Answer, Chat, LLMTask, Status, ask_all
 
 
 @dataclass(frozen=True)
@@ -75,28 +75,10 @@ class Method(Protocol):
 
 # --------------------------------------------------------------------------- asking the subject model
 
-@dataclass(frozen=True)
-class Answer:
-    """One request of a batch: the item it was built for, the backend's result and the task's parsed samples."""
-
-    item: Any
-    result: ChatResult
-    outcomes: list[Outcome[Any, Any]]
-
-    @property
-    def first(self) -> Outcome[Any, Any]:
-        return self.outcomes[0]
-
-
 def ask(chat: Chat, role: str, jobs: Sequence[tuple[Any, LLMTask[Any], Mapping[str, Any] | list[Message]]],
         **sampling: Any) -> list[Answer]:
-    """One batch for every (item, task, values-or-messages) job; answers in job order (none sent for no jobs).
-
-    Unlike `LLMTask.run` it keeps each ChatResult (the per-turn cost columns) and mixes tasks in one batch."""
-    requests = [task.request(values, **sampling) for _, task, values in jobs]
-    results = chat(role, requests) if requests else []
-    return [Answer(item, res, task.outcomes(item, req, res))
-            for (item, task, _), req, res in zip(jobs, requests, results, strict=True)]
+    """One batch for every (item, task, values-or-messages) job with the same sampling; answers in job order."""
+    return ask_all(chat, role, [task.ask(item, values, **sampling) for item, task, values in jobs])
 
 
 def json_string(**schema: Any) -> WithJsonSchema:

@@ -9,7 +9,11 @@ from typing import Any
 import polars as pl
 
 from dagster_project.config import BENCHMARK_DATASET, EvaluationConfig
-from dagster_project.core.clarifymt.agent.method import Method, predictions_frame, turns_from_frame
+from dagster_project.core.clarifymt.agent.method import (
+    Method,
+    predictions_frame,
+    turns_from_frame,
+)
 from dagster_project.core.shared.dedup import Embed
 from dagster_project.core.shared.taxonomy import PERSONAS
 from dagster_project.llm.task import Chat, Status

@@ -1,0 +1,112 @@
+"""params.yaml as pydantic models: every knob of the pipeline, validated once with errors that name the key.
+
+One module per family of sections (llm.py, clarifymt.py, clarilm.py, groups.py); `Params` ties them together and
+`load_params` reads and validates a file. definitions.py calls it once and builds every resource from the result.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+from pydantic import Field, ValidationError
+
+from dagster_project.config.base import Strict
+from dagster_project.config.clarifymt import (
+    BENCHMARK_DATASET,
+    METHOD_NAMES,
+    BenchmarkConfig,
+    EvaluationConfig,
+    ExternalDatasetConfig,
+    MethodName,
+)
+from dagster_project.config.clarilm import (
+    AnnotationsConfig,
+    FacetsConfig,
+    LogsConfig,
+    QuestionsConfig,
+    TransformSplit,
+)
+from dagster_project.config.groups import (
+    DoubleTurnConfig,
+    DoubleTurnInput,
+    IntentsConfig,
+    RetrievalConfig,
+)
+from dagster_project.config.llm import (
+    ROLE_NAMES,
+    EmbedderConfig,
+    LLMConfig,
+    QualityConfig,
+    RoleConfig,
+)
+
+__all__ = [
+    "BENCHMARK_DATASET", "METHOD_NAMES", "ROLE_NAMES", "AnnotationsConfig", "BenchmarkConfig", "DoubleTurnConfig",
+    "DoubleTurnInput", "EmbedderConfig", "EvaluationConfig", "ExternalDatasetConfig", "FacetsConfig", "IntentsConfig",
+    "LLMConfig", "LogsConfig", "MethodName", "Params", "ParamsError", "QualityConfig", "QuestionsConfig",
+    "RetrievalConfig", "RoleConfig", "TransformSplit", "default_params_path", "definition_params", "load_params",
+    "parse_params",
+]
+
+
+class Params(Strict):
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
+    quality: QualityConfig = Field(default_factory=QualityConfig)
+    benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig)
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    intents: IntentsConfig = Field(default_factory=IntentsConfig)
+    logs: LogsConfig = Field(default_factory=LogsConfig)
+    questions: QuestionsConfig = Field(default_factory=QuestionsConfig)
+    facets: FacetsConfig = Field(default_factory=FacetsConfig)
+    annotations: AnnotationsConfig = Field(default_factory=AnnotationsConfig)
+    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
+    double_turn: DoubleTurnConfig = Field(default_factory=DoubleTurnConfig)
+
+
+class ParamsError(ValueError):
+    """params.yaml is missing, unreadable or invalid; the message names file and key."""
+
+
+def _describe(err: ValidationError, source: str) -> str:
+    lines = [f"{source}: {err.error_count()} invalid setting(s)"]
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "<root>"
+        msg = "unknown key (not a setting)" if e["type"] == "extra_forbidden" else e["msg"]
+        lines.append(f"  - {key}: {msg} (got {e.get('input')!r})" if e["type"] != "extra_forbidden"
+                     else f"  - {key}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_params(data: dict, source: str = "params.yaml") -> Params:
+    """Validate a params mapping; raise ParamsError naming every bad key."""
+    try:
+        return Params.model_validate(data or {})
+    except ValidationError as err:
+        raise ParamsError(_describe(err, source)) from None
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    path = Path(path)
+    if not path.exists():
+        raise ParamsError(f"{path}: file not found (run from the repo root or set CLARIFY_PARAMS)")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ParamsError(f"{path}: not valid YAML: {err}") from None
+    if data is not None and not isinstance(data, dict):
+        raise ParamsError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    return parse_params(data, str(path))
+
+
+def default_params_path() -> str:
+    """params.yaml, or the file named by CLARIFY_PARAMS (what `clarify materialize --params` sets)."""
+    return os.environ.get("CLARIFY_PARAMS", "params.yaml")
+
+
+def definition_params() -> Params:
+    """The params the code location is built from: params.yaml when present, else the defaults."""
+    path = Path(default_params_path())
+    return load_params(path) if path.exists() else Params()

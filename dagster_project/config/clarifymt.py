@@ -1,0 +1,95 @@
+"""params.yaml `benchmark` and `evaluation` (ClarifyMT-Bench)."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from pydantic import Field, model_validator
+
+from dagster_project.config.base import Strict
+
+
+class BenchmarkConfig(Strict):
+    n_per_subtype: int = Field(2, gt=0, description="paper: 85")
+    generation_temperature: float = Field(0.9, ge=0.0, le=2.0)
+    simulation_temperature: float = Field(0.7, ge=0.0, le=2.0)
+    dedup_tau: float = Field(0.7, gt=0.0, le=1.0)
+    dedup_block: int = Field(2048, gt=0)
+    subtypes: list[str] | None = None
+    personas: list[str] | None = None
+    annotations_path: str | None = None
+
+    @model_validator(mode="after")
+    def _known_names(self) -> BenchmarkConfig:
+        from dagster_project.core.shared.taxonomy import PERSONAS, QUERY_SUBTYPES
+
+        for field, names, known in (
+            ("subtypes", self.subtypes, {s.key for s in QUERY_SUBTYPES}),
+            ("personas", self.personas, {p.key for p in PERSONAS}),
+        ):
+            bad = sorted(set(names or []) - known)
+            if bad:
+                raise ValueError(f"benchmark.{field}: unknown {bad}; known: {sorted(known)}")
+        return self
+
+
+MethodName = Literal[
+    "base", "majority_vote", "cot", "intent_sim", "at_cot", "clarify_agent",
+    "clarify_agent_no_planner", "clarify_agent_no_perceiver", "clarify_agent_no_forecaster",
+]
+"""Every evaluated method (the one list: core/clarifymt/agent/registry.py builds exactly these)."""
+METHOD_NAMES: tuple[str, ...] = get_args(MethodName)
+BENCHMARK_DATASET = "clarifymt"
+
+
+class ExternalDatasetConfig(Strict):
+    """A public clarification dataset on disk, imported into the dialogue/turn schema (io/formats/)."""
+
+    format: Literal["clamber", "clariq", "generic"]
+    path: str
+    limit: int | None = Field(None, gt=0, description="read at most this many records")
+    clariq_clarify_from: int = Field(2, ge=1, le=4, description="ClariQ clarification_need >= this -> clarify")
+
+
+class EvaluationConfig(Strict):
+    """ClarifyMT-Bench evaluation: methods x subjects, datasets, method knobs (read by the methods directly), judge."""
+
+    methods: list[MethodName] = Field(default_factory=lambda: ["base"])
+    datasets: list[str] = Field(default_factory=lambda: [BENCHMARK_DATASET])
+    external: dict[str, ExternalDatasetConfig] = Field(default_factory=dict)
+    max_dialogues: int | None = Field(None, gt=0, description="per dataset; null = every dialogue (paper)")
+    sample_seed: int = 0
+    subject_max_tokens: int = Field(64, gt=0)
+    reasoning_max_tokens: int = Field(192, gt=0, description="CoT / AT-CoT replies")
+    agent_max_tokens: int = Field(160, gt=0, description="each ClarifyAgent module")
+    vote_k: int = Field(5, ge=1, description="paper: 5")
+    vote_temperature: float = Field(0.7, ge=0.0, le=2.0)
+    intent_k: int = Field(5, ge=2, description="paper: 5")
+    intent_temperature: float = Field(0.7, ge=0.0, le=2.0)
+    intent_tau: float = Field(0.5, ge=-1.0, le=1.0, description="mean pairwise similarity below tau -> ask")
+    comparison_turn: int = Field(2, ge=1, description="paper Table 5 compares methods at turn 2")
+    agent_method: MethodName = "clarify_agent"
+    significance_alpha: float = Field(0.05, gt=0.0, lt=1.0)
+    judge_per_subtype: int = Field(2, ge=0, description="paper: 30")
+    judge_pairs: list[list[MethodName]] = Field(default_factory=list)
+    bertscore: bool = True
+    bertscore_layers: int = Field(6, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EvaluationConfig:
+        if len(set(self.methods)) != len(self.methods):
+            raise ValueError("evaluation.methods: a method is listed twice")
+        known = {BENCHMARK_DATASET, *self.external}
+        bad = sorted(set(self.datasets) - known)
+        if bad:
+            raise ValueError(f"evaluation.datasets: unknown {bad}; known: {sorted(known)} "
+                             "(add external ones under evaluation.external)")
+        if BENCHMARK_DATASET in self.external:
+            raise ValueError(f"evaluation.external: {BENCHMARK_DATASET!r} is reserved for the generated benchmark")
+        for pair in self.judge_pairs:
+            if len(pair) != 2 or pair[0] == pair[1]:
+                raise ValueError(f"evaluation.judge_pairs: each entry is two different methods, got {pair}")
+            missing = sorted(set(pair) - set(self.methods))
+            if missing:
+                raise ValueError(f"evaluation.judge_pairs: {missing} not in evaluation.methods")
+        return self

@@ -1,0 +1,84 @@
+"""params.yaml `llm` (roles, subjects, cache), `embedder` and `quality`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from dagster_project.config.base import Strict
+
+
+class RoleConfig(Strict):
+    """One model behind a role: which backend, which model, and its sampling defaults."""
+
+    backend: Literal["llamacpp", "openai", "vllm"] = "llamacpp"
+    model: str = "smollm2-135m-instruct"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(256, gt=0)
+    seed: int = 0
+    concurrency: int = Field(8, gt=0)
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(3, ge=0)
+    n_ctx: int = Field(2048, gt=0)
+    n_threads: int | None = None
+    engine_kwargs: dict[str, object] = Field(default_factory=dict)
+    # openai backend: how a JSON schema is sent. "json_schema" is OpenAI's / vLLM's format;
+    # "json_object" sends {"type": "json_object", "schema": ...} (llama-cpp-python's server).
+    json_format: Literal["json_schema", "json_object"] = "json_schema"
+    price_in_per_mtok: float = Field(0.0, ge=0.0)
+    price_out_per_mtok: float = Field(0.0, ge=0.0)
+
+    @model_validator(mode="after")
+    def _openai_needs_endpoint(self) -> RoleConfig:
+        if self.backend == "openai" and not self.base_url:
+            raise ValueError("backend 'openai' needs base_url (e.g. https://api.openai.com/v1)")
+        return self
+
+    def identity(self) -> dict[str, str]:
+        """What identifies the model for the cache: never the key, URL or timeout."""
+        return {"backend": self.backend, "model": self.model}
+
+
+ROLE_NAMES = (
+    "generator", "extractor", "reasoner", "user_simulator", "judge",
+    "answerer", "clarifier", "assistant", "reranker",
+)
+
+
+class LLMConfig(Strict):
+    cache_path: str = ".cache/llm_cache.sqlite"
+    roles: dict[str, RoleConfig] = Field(default_factory=lambda: {"default": RoleConfig()})
+    subjects: dict[str, RoleConfig] = Field(default_factory=lambda: {"smollm2": RoleConfig()})
+
+    @model_validator(mode="after")
+    def _known_roles(self) -> LLMConfig:
+        if "default" not in self.roles:
+            raise ValueError("llm.roles must define 'default' (the fallback for unset roles)")
+        unknown = set(self.roles) - set(ROLE_NAMES) - {"default"}
+        if unknown:
+            raise ValueError(f"unknown role(s) {sorted(unknown)}; known roles: {['default', *ROLE_NAMES]}")
+        if not self.subjects:
+            raise ValueError("llm.subjects must list at least one subject model")
+        return self
+
+    def role(self, name: str) -> RoleConfig:
+        """The config for a role, a subject ('subject:<name>'), or the default."""
+        if name.startswith("subject:"):
+            sub = name.split(":", 1)[1]
+            if sub not in self.subjects:
+                raise KeyError(f"unknown subject {sub!r}; params.yaml llm.subjects has {sorted(self.subjects)}")
+            return self.subjects[sub]
+        return self.roles.get(name, self.roles["default"])
+
+
+class EmbedderConfig(Strict):
+    model: str = "all-MiniLM-L6-v2"
+    batch_size: int = Field(64, gt=0)
+
+
+class QualityConfig(Strict):
+    max_error_rate: float = Field(0.2, ge=0.0, le=1.0)
