@@ -93,6 +93,6 @@ def test_closure_sees_relative_and_package_imports(tmp_path):
     files = closure(group_roots("facets"), "facets")
     names = {str(f.relative_to(REPO)) for f in files}
     assert "dagster_project/core/clarilm/facets.py" in names
-    assert "dagster_project/llm/task.py" in names and "dagster_project/config.py" in names
+    assert "dagster_project/llm/task.py" in names and "dagster_project/config/llm.py" in names
     assert not any(n.startswith("dagster_project/defs/intents/") for n in names)
     assert uncovered(files, ["dagster_project/defs", "dagster_project/llm", "dagster_project/lib"]) != []

@@ -28,6 +28,11 @@ def upstream(*refs: str) -> dict[str, dg.AssetIn]:
     return out
 
 
+def value_counts(df: pl.DataFrame, column: str, prefix: str) -> dict[str, int]:
+    """`<prefix><value>: rows` for metadata (nulls not counted)."""
+    return {f"{prefix}{k}": int(v) for k, v in df.group_by(column).len().drop_nulls(column).iter_rows()}
+
+
 def status_counts(df: pl.DataFrame, column: str = "status") -> dict[str, int]:
     """`status_<value>: rows` for metadata."""
-    return {f"{column}_{k}": int(v) for k, v in df.group_by(column).len().iter_rows()}
+    return value_counts(df, column, f"{column}_")

@@ -157,3 +157,12 @@ def test_rejected_template_covers_every_quarantine_table():
     assert ok, meta
     ok, meta = validate_frame(q.frame().rename({"file": "source"}), template, PARAMS)
     assert not ok
+
+
+def test_status_list_reference_is_the_one_status_type():
+    from dagster_project.defs.quality.checks import _resolve
+    from dagster_project.llm.task import STATUSES
+
+    assert _resolve("${statuses}", PARAMS) == list(STATUSES)
+    assert _resolve(["${statuses}", "skipped"], PARAMS) == [*STATUSES, "skipped"]
+    assert _resolve(["ok", "${quality.max_error_rate}"], PARAMS) == ["ok", PARAMS.quality.max_error_rate]

@@ -14,14 +14,18 @@ from dagster_project.config import Params
 from dagster_project.core.clarilm.annotations import (
     TRL_DPO_COLUMNS,
     TRL_SFT_COLUMNS,
-    cotap_annotations as annotate,
     dpo_rows,
-    preference_pairs as build_pairs,
     sft_rows,
     trl_export,
 )
+from dagster_project.core.clarilm.annotations import (
+    cotap_annotations as annotate,
+)
+from dagster_project.core.clarilm.annotations import (
+    preference_pairs as build_pairs,
+)
 from dagster_project.io.writers import write_jsonl_atomic
-from dagster_project.lib.assets import group_asset, upstream
+from dagster_project.lib.assets import group_asset, upstream, value_counts
 from dagster_project.lib.resources import LLMResource
 from dagster_project.lib.warehouse import ASSETS_DIR
 
@@ -35,10 +39,6 @@ def _write_jsonl(df: pl.DataFrame, name: str) -> str:
     return str(path)
 
 
-def _counts(df: pl.DataFrame, col: str, prefix: str) -> dict[str, int]:
-    return {f"{prefix}{k}": int(v) for k, v in df.group_by(col).len().drop_nulls(col).iter_rows()}
-
-
 @asset(ins=upstream("questions/question_set", "facets/facet_candidates"))
 def cotap_annotations(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                       llm: dg.ResourceParam[LLMResource], question_set: pl.DataFrame,
@@ -48,8 +48,8 @@ def cotap_annotations(context: dg.AssetExecutionContext, params: dg.ResourcePara
     out = annotate(chat, question_set, facet_candidates, params.annotations).with_columns(
         source=pl.lit("questions.question_set+facets.facet_candidates"))
     context.add_output_metadata({
-        **chat.usage(), "questions": out.height, **_counts(out, "status", "status_"),
-        **_counts(out, "decision", "decision_"), **_counts(out, "chosen_origin", "chosen_"),
+        **chat.usage(), "questions": out.height, **value_counts(out, "status", "status_"),
+        **value_counts(out, "decision", "decision_"), **value_counts(out, "chosen_origin", "chosen_"),
     })
     return out
 
@@ -60,8 +60,8 @@ def preference_pairs(context: dg.AssetExecutionContext, params: dg.ResourceParam
     """Clarify > Answer, Answer > Clarify and q1 > q2 pairs (chosen / rejected text, type, origins)."""
     out = build_pairs(cotap_annotations, params.annotations.max_question_pairs).with_columns(
         source=pl.lit("annotations.cotap_annotations"))
-    context.add_output_metadata({"pairs": out.height, **_counts(out, "type", "type_"),
-                                 **_counts(out, "chosen_origin", "chosen_"),
+    context.add_output_metadata({"pairs": out.height, **value_counts(out, "type", "type_"),
+                                 **value_counts(out, "chosen_origin", "chosen_"),
                                  "annotations_not_ok": int((cotap_annotations["status"] != "ok").sum())})
     return out
 
@@ -72,7 +72,7 @@ def sft_dataset(context: dg.AssetExecutionContext, params: dg.ResourceParam[Para
     """(q, r+) in TRL's conversational SFT format (`messages`); JSONL export beside the Parquet."""
     cfg = params.annotations
     out = sft_rows(cotap_annotations, cfg.system_prompt).with_columns(source=pl.lit("annotations.cotap_annotations"))
-    meta = {"examples": out.height, **_counts(out, "decision", "decision_")}
+    meta = {"examples": out.height, **value_counts(out, "decision", "decision_")}
     if cfg.export_jsonl:
         meta["jsonl"] = _write_jsonl(trl_export(out, TRL_SFT_COLUMNS), "sft_dataset")
     context.add_output_metadata(meta)
@@ -85,7 +85,7 @@ def dpo_dataset(context: dg.AssetExecutionContext, params: dg.ResourceParam[Para
     """(q, r+, r-) in TRL's conversational preference format (prompt / chosen / rejected); JSONL export too."""
     cfg = params.annotations
     out = dpo_rows(preference_pairs, cfg.system_prompt).with_columns(source=pl.lit("annotations.preference_pairs"))
-    meta = {"pairs": out.height, **_counts(out, "type", "type_")}
+    meta = {"pairs": out.height, **value_counts(out, "type", "type_")}
     if cfg.export_jsonl:
         meta["jsonl"] = _write_jsonl(trl_export(out, TRL_DPO_COLUMNS), "dpo_dataset")
     context.add_output_metadata(meta)

@@ -13,7 +13,11 @@ import polars as pl
 
 from dagster_project.config import BENCHMARK_DATASET, Params
 from dagster_project.core.clarifymt.agent.predictions import (
-    EVALUATED, evaluation_dialogues, predict_turns, prediction_stats, sampled_dialogues,
+    EVALUATED,
+    evaluation_dialogues,
+    predict_turns,
+    prediction_stats,
+    sampled_dialogues,
 )
 from dagster_project.core.clarifymt.agent.registry import build_method
 from dagster_project.core.clarifymt.external import TURN_SCHEMA, import_dataset
@@ -21,7 +25,11 @@ from dagster_project.core.clarifymt.judge import judge_scores as score_questions
 from dagster_project.core.clarifymt.judge import pairwise_judgements as judge_pairs
 from dagster_project.core.clarifymt.metrics import evaluation_tables
 from dagster_project.core.clarifymt.metrics import method_comparison as compare_methods
-from dagster_project.core.clarifymt.report import ReportInputs, question_quality, write_report
+from dagster_project.core.clarifymt.report import (
+    ReportInputs,
+    question_quality,
+    write_report,
+)
 from dagster_project.core.shared.metrics import bertscore_f1
 from dagster_project.core.shared.tables import markdown_table
 from dagster_project.io.records import InputFileError, Quarantine

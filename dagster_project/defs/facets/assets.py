@@ -4,7 +4,12 @@ import dagster as dg
 import polars as pl
 
 from dagster_project.config import Params
-from dagster_project.core.clarilm.facets import fm_llm, fm_log, fm_log_training_pairs, fuse
+from dagster_project.core.clarilm.facets import (
+    fm_llm,
+    fm_log,
+    fm_log_training_pairs,
+    fuse,
+)
 from dagster_project.lib.assets import group_asset, status_counts, upstream
 from dagster_project.lib.resources import EmbedderResource, LLMResource
 

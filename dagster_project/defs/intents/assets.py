@@ -17,9 +17,18 @@ from dagster_project.core.intents.assistant import load_few_shot
 from dagster_project.core.intents.catalog import Catalog, validate_catalog
 from dagster_project.core.intents.evaluation import eval_markdown, intent_eval_table
 from dagster_project.core.intents.scoring import conversation_table, score_conversations
-from dagster_project.core.intents.simulation import USER_ROLE, simulate_conversations, training_seeds
+from dagster_project.core.intents.simulation import (
+    USER_ROLE,
+    simulate_conversations,
+    training_seeds,
+)
 from dagster_project.core.intents.utterances import validate_utterances
-from dagster_project.io.formats.intents import read_ambiguous, read_catalog, read_few_shot, read_utterances
+from dagster_project.io.formats.intents import (
+    read_ambiguous,
+    read_catalog,
+    read_few_shot,
+    read_utterances,
+)
 from dagster_project.io.writers import write_jsonl_atomic
 from dagster_project.lib.assets import group_asset, upstream
 from dagster_project.lib.resources import LLMResource

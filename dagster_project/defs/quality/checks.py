@@ -4,7 +4,7 @@ A suite file names its asset, whether the check blocks downstream assets, and a 
 (GX 1.x names in snake_case + kwargs). An expectation may carry a `query`: DuckDB SQL over the asset
 (as table `t`) whose result is validated instead, for reconciliations and per-group rules.
 Kwargs may reference params.yaml values as "${section.key}", and "${statuses}" is the one list of LLM row
-statuses (llm.task.Status). A suite whose `asset` is `*/*_rejected` is a template: it checks every quarantine
+statuses (llm.task.Status); inside a list it is spliced in (`["${statuses}", skipped]`). A suite whose `asset` is `*/*_rejected` is a template: it checks every quarantine
 table (io.records.Quarantine) of the graph.
 """
 
@@ -100,8 +100,12 @@ def _resolve(value: Any, params: Params) -> Any:
         for part in m.group(1).split("."):
             obj = getattr(obj, part)
         return obj
-    if isinstance(value, list):
-        return [_resolve(v, params) for v in value]
+    if isinstance(value, list):  # a reference to a list inside a list is spliced: ["${statuses}", skipped]
+        out: list[Any] = []
+        for v in value:
+            r = _resolve(v, params)
+            out.extend(r) if isinstance(r, list) and isinstance(v, str) else out.append(r)
+        return out
     return value
 
 

@@ -4,18 +4,17 @@ import dagster as dg
 import polars as pl
 
 from dagster_project.config import Params
-from dagster_project.core.clarilm.question_generation import load_personas, seed_questions_qg as build_qg
+from dagster_project.core.clarilm.question_generation import load_personas
+from dagster_project.core.clarilm.question_generation import (
+    seed_questions_qg as build_qg,
+)
 from dagster_project.core.clarilm.questions import seed_questions_ql as build_ql
 from dagster_project.core.clarilm.questions import select_questions
-from dagster_project.lib.assets import group_asset, upstream
+from dagster_project.lib.assets import group_asset, upstream, value_counts
 from dagster_project.lib.resources import EmbedderResource, LLMResource
 
 GROUP = "questions"
 asset = group_asset(GROUP)
-
-
-def _counts(df: pl.DataFrame, col: str, prefix: str) -> dict[str, int]:
-    return {f"{prefix}{k}": int(v) for k, v in df.group_by(col).len().drop_nulls(col).iter_rows()}
 
 
 @asset(ins=upstream("logs/raw_logs"))
@@ -26,7 +25,7 @@ def seed_questions_ql(context: dg.AssetExecutionContext, params: dg.ResourcePara
     chat = llm.session(context)
     out = build_ql(chat, raw_logs, params.questions, embedder.encode)
     context.add_output_metadata({**chat.usage(), "first_questions": out.height, "kept": int(out["kept"].sum()),
-                                 **_counts(out, "reject_reason", "rejected_")})
+                                 **value_counts(out, "reject_reason", "rejected_")})
     return out
 
 
@@ -49,7 +48,7 @@ def seed_questions_qg(context: dg.AssetExecutionContext, params: dg.ResourcePara
     out, pool = build_qg(chat, seed_questions_ql, personas, params.questions, embedder.encode)
     context.add_output_metadata({
         **chat.usage(), "generated": out.height, "kept": int(out["kept"].sum()), "demo_pool": pool,
-        **_counts(out, "transformation", "transform_"), **_counts(out, "reject_reason", "rejected_"),
+        **value_counts(out, "transformation", "transform_"), **value_counts(out, "reject_reason", "rejected_"),
     })
     return out
 
@@ -60,5 +59,5 @@ def question_set(context: dg.AssetExecutionContext, params: dg.ResourceParam[Par
     """Q = (Q^L, Q^G): every kept question; `selected` marks those sent on to CFD/OFS (questions.max_selected)."""
     out = select_questions(seed_questions_ql, seed_questions_qg, params.questions.max_selected)
     context.add_output_metadata({"questions": out.height, "selected": int(out["selected"].sum()),
-                                 **_counts(out, "question_source", "from_")})
+                                 **value_counts(out, "question_source", "from_")})
     return out
