@@ -14,7 +14,8 @@ CREATE TABLE IF NOT EXISTS responses (
     text TEXT NOT NULL,
     tokens_in INTEGER NOT NULL,
     tokens_out INTEGER NOT NULL,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    truncated INTEGER NOT NULL DEFAULT 0
 )
 """
 
@@ -45,6 +46,9 @@ class LLMCache:
         with self._conn() as con:
             con.execute(_SCHEMA)
             con.execute(_USAGE_SCHEMA)
+            columns = {row[1] for row in con.execute("PRAGMA table_info(responses)")}
+            if "truncated" not in columns:  # a cache written before replies carried their finish reason
+                con.execute("ALTER TABLE responses ADD COLUMN truncated INTEGER NOT NULL DEFAULT 0")
 
     def _conn(self) -> sqlite3.Connection:
         con = getattr(self._local, "con", None)
@@ -57,26 +61,28 @@ class LLMCache:
         return con
 
     def get_many(self, keys: list[str]) -> dict[str, tuple[str, int, int]]:
-        """key -> (text, tokens_in, tokens_out) for the keys that are cached."""
-        out: dict[str, tuple[str, int, int]] = {}
+        """key -> (text, tokens_in, tokens_out, truncated) for the keys that are cached."""
+        out: dict[str, tuple[str, int, int, bool]] = {}
         con = self._conn()
         for start in range(0, len(keys), 500):
             chunk = keys[start:start + 500]
-            q = f"SELECT key, text, tokens_in, tokens_out FROM responses WHERE key IN ({','.join('?' * len(chunk))})"
-            for key, text, tin, tout in con.execute(q, chunk):
-                out[key] = (text, tin, tout)
+            q = (f"SELECT key, text, tokens_in, tokens_out, truncated FROM responses "
+                 f"WHERE key IN ({','.join('?' * len(chunk))})")
+            for key, text, tin, tout, truncated in con.execute(q, chunk):
+                out[key] = (text, tin, tout, bool(truncated))
         return out
 
-    def put_many(self, rows: list[tuple[str, str, str, int, int]]) -> None:
-        """Insert (key, model, text, tokens_in, tokens_out) rows in one transaction."""
+    def put_many(self, rows: list[tuple[str, str, str, int, int] | tuple[str, str, str, int, int, bool]]) -> None:
+        """Insert (key, model, text, tokens_in, tokens_out[, truncated]) rows in one transaction."""
         if not rows:
             return
         con = self._conn()
         now = time.time()
         con.execute("BEGIN IMMEDIATE")
         try:
-            con.executemany("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
-                            [(*r, now) for r in rows])
+            con.executemany("INSERT OR REPLACE INTO responses (key, model, text, tokens_in, tokens_out, created, "
+                            "truncated) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            [(*r[:5], now, int(bool(r[5]) if len(r) > 5 else 0)) for r in rows])
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")

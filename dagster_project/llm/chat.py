@@ -41,6 +41,7 @@ class ChatResult:
     """The reply to one request: one text per sample, with usage and what went wrong, if anything."""
 
     texts: list[str] = field(default_factory=list)
+    truncated: list[bool] = field(default_factory=list)  # per text: cut off at max_tokens
     tokens_in: int = 0
     tokens_out: int = 0
     latency_s: float = 0.0

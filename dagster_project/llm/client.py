@@ -49,7 +49,7 @@ class _ResultSink:
     def __init__(self, cache: LLMCache, model: str, keys: list[list[str]], results: list[ChatResult],
                  pending: list[tuple[int, Job]]):
         self.cache, self.model, self.keys, self.results, self.pending = cache, model, keys, results, pending
-        self.rows: list[tuple[str, str, str, int, int]] = []
+        self.rows: list[tuple[str, str, str, int, int, bool]] = []
         self.taken = [False] * len(pending)
         self.done = self.errors = 0
 
@@ -70,9 +70,10 @@ class _ResultSink:
         res.tokens_out += out.tokens_out
         share_in = out.tokens_in // len(job.sample_indices)
         share_out = out.tokens_out // len(job.sample_indices)
-        for idx, text in zip(job.sample_indices, out.texts):
-            res.texts[idx] = text
-            self.rows.append((self.keys[i][idx], self.model, text, share_in, share_out))
+        cut = out.truncated or [False] * len(out.texts)
+        for idx, text, truncated in zip(job.sample_indices, out.texts, cut, strict=True):
+            res.texts[idx], res.truncated[idx] = text, truncated
+            self.rows.append((self.keys[i][idx], self.model, text, share_in, share_out, truncated))
 
     def commit(self) -> None:
         if self.rows:
@@ -122,15 +123,16 @@ class LLMClient:
         resolved = [self.resolve(cfg, r) for r in requests]
         keys = [[sample_cache_key(ident, r, s, i) for i in range(r.sampling.n)] for r, s in zip(requests, resolved)]
         hit = self.cache.get_many([k for ks in keys for k in ks])
-        results = [ChatResult(texts=[""] * r.sampling.n, model=cfg.model) for r in requests]
+        results = [ChatResult(texts=[""] * r.sampling.n, truncated=[False] * r.sampling.n, model=cfg.model)
+                   for r in requests]
         pending: list[tuple[int, Job]] = []
         hit_in = hit_out = 0
         for i, (req, ks) in enumerate(zip(requests, keys)):
             missing = [j for j, k in enumerate(ks) if k not in hit]
             for j, k in enumerate(ks):
                 if k in hit:
-                    text, tin, tout = hit[k]
-                    results[i].texts[j] = text
+                    text, tin, tout, truncated = hit[k]
+                    results[i].texts[j], results[i].truncated[j] = text, truncated
                     results[i].tokens_in += tin
                     results[i].tokens_out += tout
                     results[i].cache_hits += 1

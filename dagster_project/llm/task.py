@@ -293,6 +293,8 @@ class LLMTask(Generic[R]):
                 continue
             text = result.texts[i] if i < len(result.texts) else ""
             p = self.parse(text, item)
+            if p.status is Status.PARSE_ERROR and i < len(result.truncated) and result.truncated[i]:
+                p = dataclasses.replace(p, error=f"truncated: cut off at max_tokens ({p.error})")
             out.append(Outcome(item, i, p.status, p.value, p.error, text, result.model, request.prompt_version,
                                p.repaired))
         return out

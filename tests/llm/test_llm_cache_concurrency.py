@@ -56,4 +56,4 @@ def test_four_processes_write_concurrently_without_loss(tmp_path):
     expected = {f"p{p}-r{i:03d}" for p in range(N_PROCS) for i in range(ROWS_PER_PROC)}
     got = cache.get_many(sorted(expected))  # > 500 keys: exercises the chunked IN (...) lookup
     assert set(got) == expected
-    assert got["p3-r199"] == ("text p3-r199", 199, 398)
+    assert got["p3-r199"] == ("text p3-r199", 199, 398, False)

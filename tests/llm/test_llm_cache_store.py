@@ -88,7 +88,7 @@ def test_journal_mode_is_wal_and_errors_are_not_stored(tmp_path):
     cache.put_many([])
     with sqlite3.connect(tmp_path / "deep" / "er" / "c.sqlite") as con:
         assert con.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
-    assert cache.get_many(["k1", "k2"]) == {"k1": ("t1", 3, 4)}
+    assert cache.get_many(["k1", "k2"]) == {"k1": ("t1", 3, 4, False)}
     assert cache.stats() == {"entries": 1, "tokens_in": 3, "tokens_out": 4}
     assert cache.by_model() == [("m", 1, 3, 4)]
 
@@ -99,4 +99,18 @@ def test_failed_put_many_rolls_back_the_whole_batch(tmp_path):
         cache.put_many([("ok", "m", "t", 1, 1), ("bad", "m", None, 1, 1)])  # text NOT NULL
     assert cache.get_many(["ok", "bad"]) == {}
     cache.put_many([("ok", "m", "t", 1, 1)])  # connection still usable afterwards
-    assert cache.get_many(["ok"]) == {"ok": ("t", 1, 1)}
+    assert cache.get_many(["ok"]) == {"ok": ("t", 1, 1, False)}
+
+
+def test_truncation_flag_is_cached_and_old_caches_are_migrated(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as con:  # the table as written before replies carried their finish reason
+        con.execute("CREATE TABLE responses (key TEXT PRIMARY KEY, model TEXT NOT NULL, text TEXT NOT NULL, "
+                    "tokens_in INTEGER NOT NULL, tokens_out INTEGER NOT NULL, created REAL NOT NULL)")
+        con.execute("INSERT INTO responses VALUES ('k0', 'm', 'old', 1, 2, 0)")
+    cache = LLMCache(path)
+    cache.put_many([("k1", "m", "cut", 1, 48, True), ("k2", "m", "whole", 1, 5, False)])
+    got = cache.get_many(["k0", "k1", "k2"])
+    assert got == {"k0": ("old", 1, 2, False), "k1": ("cut", 1, 48, True), "k2": ("whole", 1, 5, False)}

@@ -172,3 +172,12 @@ def test_ask_all_mixes_steps_in_one_call_and_can_send_identical_requests_once(tm
     assert answers[0].first.value.score == 1 and answers[1].first.value.startswith("{")  # free text: the text
     assert ask_all(chat, "judge", asks, once=True)[2].first.ok and calls[-1] == ("judge", 2)  # x and z are one request
     assert ask_all(chat, "judge", []) == [] and len(calls) == 2
+
+
+def test_a_reply_cut_off_at_max_tokens_says_so():
+    cut = ChatResult(texts=['{"query": "a", "sco', '{"query": "a", "score": 1, "items": []}'], truncated=[True, True],
+                     model="m")
+    req = TASK.request({"query": "q", "subtype_name": "s", "definition": "d", "clarifying_question": "c"}, n=2)
+    broken, whole = TASK.outcomes("x", req, cut)
+    assert broken.status is Status.PARSE_ERROR and broken.error.startswith("truncated: cut off at max_tokens")
+    assert whole.ok  # a reply that is complete although it used every token is still usable

@@ -88,8 +88,15 @@ def test_whole_batch_in_one_call_with_n_samples_and_schema(client):
         assert r.ok, r.error
         assert len(r.texts) == 3 and not r.cached and r.cache_hits == 0
         assert r.tokens_in > 0 and r.tokens_out > 0
-        for t in r.texts:
-            obj = json.loads(t)  # structured outputs: every sample is schema-valid JSON
+        assert len(r.truncated) == 3
+        for t, cut in zip(r.texts, r.truncated):
+            # structured outputs: every sample is schema-valid JSON, unless it was cut off at max_tokens (which
+            # sampled numerics on another CPU can cause) - then the backend says so instead of passing it as whole
+            try:
+                obj = json.loads(t)
+            except json.JSONDecodeError:
+                assert cut, t
+                continue
             assert obj["action"] in ("answer", "clarify") and len(obj["text"]) <= 40
         assert r.model == MODEL
     usage = client.usage("generator", results)

@@ -24,6 +24,7 @@ class Job:
 @dataclass
 class JobOutput:
     texts: list[str] = field(default_factory=list)
+    truncated: list[bool] = field(default_factory=list)  # per text: cut off at max_tokens (finish reason length)
     tokens_in: int = 0
     tokens_out: int = 0
     error: str | None = None

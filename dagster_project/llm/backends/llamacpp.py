@@ -58,6 +58,7 @@ class LlamaCppBackend:
                         top_p=job.sampling["top_p"], max_tokens=job.sampling["max_tokens"],
                         seed=job.sampling["seed"] + idx, response_format=fmt)
                 out.texts.append(r["choices"][0]["message"]["content"] or "")
+                out.truncated.append(r["choices"][0].get("finish_reason") == "length")
                 out.tokens_in += r["usage"]["prompt_tokens"]
                 out.tokens_out += r["usage"]["completion_tokens"]
         except Exception as err:  # noqa: BLE001 - becomes a row with status llm_error

@@ -133,6 +133,7 @@ class OpenAIBackend:
                         if not r.choices:
                             raise BadReply("server returned no choices")
                 out.texts.extend(c.message.content or "" for c in r.choices[: kwargs["n"]])
+                out.truncated.extend(c.finish_reason == "length" for c in r.choices[: kwargs["n"]])
                 if r.usage:
                     out.tokens_in += r.usage.prompt_tokens
                     out.tokens_out += r.usage.completion_tokens

@@ -64,7 +64,8 @@ class VLLMBackend:
                 params.append(SamplingParams(
                     n=1 if greedy else k, temperature=j.sampling["temperature"], top_p=j.sampling["top_p"],
                     max_tokens=j.sampling["max_tokens"], seed=j.sampling["seed"] + min(j.sample_indices),
-                    structured_outputs=StructuredOutputsParams(json=j.json_schema) if j.json_schema else None))
+                    structured_outputs=StructuredOutputsParams(json=j.json_schema, disable_any_whitespace=True)
+                    if j.json_schema else None))
             except Exception as err:  # noqa: BLE001 - an invalid request fails its own row, not the batch
                 outs[i] = JobOutput(error=short_error(err))
                 continue
@@ -81,6 +82,7 @@ class VLLMBackend:
             return outs
         for i, c, o in zip(todo, copies, replies):
             outs[i] = JobOutput(texts=[x.text for x in o.outputs] * c, tokens_in=len(o.prompt_token_ids or []),
+                                truncated=[x.finish_reason == "length" for x in o.outputs] * c,
                                 tokens_out=sum(len(x.token_ids) for x in o.outputs))
         return outs
 
