@@ -14,11 +14,11 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from dagster_project.config import EvaluationConfig
 from dagster_project.core.clarifymt.agent.base import base_messages
 from dagster_project.core.clarifymt.agent.method import (
     DialogueTurn,
     Prediction,
+    SubjectMethod,
     ask,
     failed_prediction,
     json_string,
@@ -75,15 +75,10 @@ def parse_at_cot(text: str) -> tuple[Prediction, dict[str, Any]]:
     return Prediction(v.decision, v.response.strip(), Status.OK.value, None, text), trace
 
 
-class ATCoT:
+class ATCoT(SubjectMethod):
     """Name the remaining ambiguity type, then ask or answer (one greedy JSON reply per turn)."""
 
     name = METHOD
-    calls_per_turn = 1
-
-    def __init__(self, cfg: EvaluationConfig, role: str = "subject"):
-        self.cfg, self.role = cfg, role
-
     def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:
         answers = ask(chat, self.role, [(t, AT_COT, at_cot_messages(t.history)) for t in turns],
                       max_tokens=self.cfg.reasoning_max_tokens)

@@ -7,10 +7,10 @@ from string import Template
 
 import polars as pl
 
-from dagster_project.config import EvaluationConfig
 from dagster_project.core.clarifymt.agent.method import (
     DialogueTurn,
     Prediction,
+    SubjectMethod,
     ask,
     protocol_prediction,
 )
@@ -58,15 +58,10 @@ def parse_predictions(results: list[ChatResult]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema_overrides={"response": pl.Utf8, "error": pl.Utf8, "raw_output": pl.Utf8})
 
 
-class BaseMethod:
+class BaseMethod(SubjectMethod):
     """The plain prompt (greedy): one call per turn, the reply parsed with the response-prefix protocol."""
 
     name = METHOD
-    calls_per_turn = 1
-
-    def __init__(self, cfg: EvaluationConfig, role: str = "subject"):
-        self.cfg, self.role = cfg, role
-
     def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:
         jobs = [(t, BASE, base_messages(t.history)) for t in turns]
         return [protocol_prediction(a) for a in ask(chat, self.role, jobs, max_tokens=self.cfg.subject_max_tokens)]

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dagster_project.config import EvaluationConfig
 from dagster_project.core.clarifymt.agent.base import base_messages
 from dagster_project.core.clarifymt.agent.method import (
     DialogueTurn,
     Prediction,
+    SubjectMethod,
     ask,
     decision_prediction,
     failed_prediction,
@@ -38,15 +38,10 @@ def final_decision(text: str | None) -> tuple[Decision, str]:
     return Decision("invalid", (text or "").strip()), (text or "").strip()
 
 
-class ChainOfThought:
+class ChainOfThought(SubjectMethod):
     """Greedy step-by-step reasoning; the last protocol line decides."""
 
     name = METHOD
-    calls_per_turn = 1
-
-    def __init__(self, cfg: EvaluationConfig, role: str = "subject"):
-        self.cfg, self.role = cfg, role
-
     def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:
         answers = ask(chat, self.role, [(t, COT, base_messages(t.history, COT)) for t in turns],
                       max_tokens=self.cfg.reasoning_max_tokens)

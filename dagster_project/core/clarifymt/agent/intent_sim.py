@@ -18,6 +18,7 @@ from dagster_project.core.clarifymt.agent.base import base_messages
 from dagster_project.core.clarifymt.agent.method import (
     DialogueTurn,
     Prediction,
+    SubjectMethod,
     ask,
     json_string,
 )
@@ -60,13 +61,13 @@ def intent_decision(similarity: float, tau: float) -> str:
     return "clarify" if similarity < tau else "answer"
 
 
-class IntentSim:
+class IntentSim(SubjectMethod):
     """k sampled interpretations per turn; low mean similarity asks, high similarity answers with the medoid."""
 
     name = METHOD
 
     def __init__(self, cfg: EvaluationConfig, role: str = "subject"):
-        self.cfg, self.role = cfg, role
+        super().__init__(cfg, role)
         self.calls_per_turn = cfg.intent_k
 
     def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:

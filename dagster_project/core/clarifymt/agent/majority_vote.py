@@ -14,7 +14,12 @@ from collections.abc import Sequence
 
 from dagster_project.config import EvaluationConfig
 from dagster_project.core.clarifymt.agent.base import BASE, base_messages
-from dagster_project.core.clarifymt.agent.method import DialogueTurn, Prediction, ask
+from dagster_project.core.clarifymt.agent.method import (
+    DialogueTurn,
+    Prediction,
+    SubjectMethod,
+    ask,
+)
 from dagster_project.core.shared.dedup import Embed
 from dagster_project.llm.protocol import parse_decision
 from dagster_project.llm.task import Chat, Status
@@ -35,13 +40,13 @@ def majority_action(actions: Sequence[str]) -> tuple[str, dict[str, int]]:
     return ("clarify" if votes["clarify"] > votes["answer"] else "answer"), votes
 
 
-class MajorityVote:
+class MajorityVote(SubjectMethod):
     """k sampled base-prompt replies per turn; the majority action and its first text win."""
 
     name = METHOD
 
     def __init__(self, cfg: EvaluationConfig, role: str = "subject"):
-        self.cfg, self.role = cfg, role
+        super().__init__(cfg, role)
         self.calls_per_turn = cfg.vote_k
 
     def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import polars as pl
 from pydantic import ConfigDict, WithJsonSchema
 
+from dagster_project.config import EvaluationConfig
 from dagster_project.core.shared.dedup import Embed
 from dagster_project.llm.chat import ChatResult, Message
 from dagster_project.llm.protocol import Decision, parse_decision
@@ -71,6 +72,15 @@ class Method(Protocol):
 
     def predict(self, turns: Sequence[DialogueTurn], chat: Chat,
                 embed: Embed | None = None) -> list[Prediction]: ...
+
+
+class SubjectMethod:
+    """What the prompting methods share: the evaluation settings and the subject role they ask (one call a turn)."""
+
+    calls_per_turn = 1
+
+    def __init__(self, cfg: EvaluationConfig, role: str = "subject"):
+        self.cfg, self.role = cfg, role
 
 
 # --------------------------------------------------------------------------- asking the subject model
