@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from dagster_project.core.clarifymt.simulation import simulate
-from dagster_project.core.shared.taxonomy import PERSONA_BY_KEY, PERSONAS
+from dagster_project.core.shared.taxonomy import PERSONA_BY_KEY, PERSONAS, reference_actions
 from dagster_project.llm.chat import ChatResult
 from dagster_project.llm.prompts import load_prompt
 
@@ -96,7 +96,7 @@ def test_ok_dialogues_rows_messages_and_references():
     assert precise[1]["prompt_version"] == sent["precise"].prompt_version and precise[1]["model"] == "sim"
 
     pv = dialogue(df, "partial_vague")
-    assert [r["reference_action"] for r in pv] == ["clarify", "clarify", "answer"]
+    assert [r["reference_action"] for r in pv] == ["clarify", "clarify", "clarify"]
     assert [r["reference_question"] for r in pv] == [CQ, "Which one first?", None]
     assert [len(r["messages"]) for r in pv] == [1, 3, 5]  # 2 * turn - 1
     assert pv[2]["messages"] == [
@@ -140,7 +140,8 @@ def test_failed_simulation_keeps_later_turn_rows(persona, output, status, error_
         assert r["messages"] == []
         assert r["user_utterance"] is None and r["reference_question"] is None
         assert r["raw_output"] == ("" if isinstance(output, tuple) else output)
-    assert [r["reference_action"] for r in rows] == ["clarify"] * (n - 1) + ["answer"]
+    assert [r["reference_action"] for r in rows] == reference_actions(PERSONA_BY_KEY[persona])
+    assert len(rows) == n
 
 
 def test_mixed_batch_row_count_and_schema():
@@ -151,7 +152,7 @@ def test_mixed_batch_row_count_and_schema():
     assert df.filter(pl.col("status") == "ok").height == 2 + 3 + 1 + 1 + 3 + 2
     assert df["dialogue_id"].n_unique() == 6
     assert df.schema["messages"] == pl.List(pl.Struct({"role": pl.Utf8, "content": pl.Utf8}))
-    assert df["reference_action"].value_counts().sort("reference_action").rows() == [("answer", 6), ("clarify", 10)]
+    assert df["reference_action"].value_counts().sort("reference_action").rows() == [("answer", 2), ("clarify", 14)]
 
 
 def test_rows_follow_query_then_persona_order_across_batches():

@@ -2,6 +2,8 @@
 
 from collections import Counter
 
+import polars as pl
+
 from dagster_project.core.shared.taxonomy import (
     ACTIONS, DIMENSIONS, PERSONA_BY_KEY, PERSONAS, QUERY_SUBTYPES, SUBTYPE_BY_KEY, SUBTYPES,
     reference_actions, taxonomy_table,
@@ -43,7 +45,7 @@ def test_reference_actions():
     assert reference_actions(PERSONA_BY_KEY["precise"]) == ["clarify", "answer"]
     assert reference_actions(PERSONA_BY_KEY["refusal"]) == ["clarify", "answer"]
     for key in ("partial_vague", "off_focus", "contradictory", "factually_wrong"):
-        assert reference_actions(PERSONA_BY_KEY[key]) == ["clarify", "clarify", "answer"]
+        assert reference_actions(PERSONA_BY_KEY[key]) == ["clarify", "clarify", "clarify"]
 
 
 def test_average_turns_matches_paper():
@@ -63,3 +65,24 @@ def test_taxonomy_table():
     assert t["interactional"].sum() == 4
     assert t.filter(t["subtype"] == "value")["dimension"].item() == "epistemic"
     assert t.null_count().sum_horizontal().item() == 0
+
+
+def _constant_method(action: str) -> pl.DataFrame:
+    """Every evaluated turn of one query x six personas, predicted with one fixed action."""
+    rows = [{"persona": p.key, "turn": t, "reference_action": ref, "action": action}
+            for p in PERSONAS for t, ref in enumerate(reference_actions(p), start=1)]
+    return pl.DataFrame(rows)
+
+
+def test_always_ask_and_always_answer_accuracies_follow_the_paper_labelling():
+    """§4.2 / Table 4: a model that always asks scores 100% on the four noisy personas (50% on Precise /
+    Refusal) and 100% at turn 3; one that always answers scores 0% on the noisy personas and at turn 3."""
+    from dagster_project.core.clarifymt.metrics import clarification_metrics
+
+    for action, noisy, settled, turn3 in (("clarify", 1.0, 0.5, 1.0), ("answer", 0.0, 0.5, 0.0)):
+        pred = _constant_method(action)
+        by_persona = dict(clarification_metrics(pred, ["persona"]).select("persona", "accuracy").iter_rows())
+        assert by_persona == {**{k: noisy for k in ("partial_vague", "off_focus", "contradictory", "factually_wrong")},
+                              "precise": settled, "refusal": settled}
+        by_turn = dict(clarification_metrics(pred, ["turn"]).select("turn", "accuracy").iter_rows())
+        assert by_turn[3] == turn3 and by_turn[1] == (1.0 if action == "clarify" else 0.0)

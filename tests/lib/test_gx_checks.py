@@ -33,7 +33,8 @@ def _messages(turn: int) -> list[dict[str, str]]:
 def _rows(dialogue_id: str, persona: str, n_turns: int, statuses: list[str] | None = None) -> list[dict]:
     statuses = statuses or ["ok"] * n_turns
     return [{"dialogue_id": dialogue_id, "persona": persona, "turn": t, "n_turns": n_turns,
-             "reference_action": "answer" if t == n_turns else "clarify", "status": statuses[t - 1],
+             "reference_action": "answer" if t == n_turns and persona in ("precise", "refusal") else "clarify",
+             "status": statuses[t - 1],
              "messages": _messages(t)} for t in range(1, n_turns + 1)]
 
 
@@ -81,8 +82,13 @@ def test_wrong_reference_action_fails_and_is_named(dialogues):
     rows[0]["reference_action"] = "answer"  # precise, turn 1 of 2: must clarify
     ok, meta = validate_frame(frame(rows), dialogues, PARAMS)
     assert ok is False
-    assert failed(meta) == ["06 clarify on every turn but the last, answer on the last"]
-    assert meta["06 clarify on every turn but the last, answer on the last"]["unexpected_count"] == 1
+    rule = "06 paper §4.2: clarify on every turn, except the last turn of precise / refusal dialogues: answer"
+    assert failed(meta) == [rule]
+    assert meta[rule]["unexpected_count"] == 1
+    rows = good_rows()
+    rows[-1]["reference_action"] = "answer"  # off-focus, turn 3 of 3: a noisy user never permits an answer
+    ok, meta = validate_frame(frame(rows), dialogues, PARAMS)
+    assert not ok and failed(meta) == [rule]
 
 
 def test_value_outside_set_and_duplicate_key_are_reported(dialogues):

@@ -65,7 +65,7 @@ def dialogue_rows(q: dict[str, Any], persona: Persona, sim: Outcome) -> list[dic
     """One row per evaluated turn: the dialogue prefix ending in the user's message, and the reference action.
 
     Turn 1 is the ambiguous query (reference: clarify). Precise/Refusal users settle it in one reply
-    (turn 2: answer); the other four need a second clarifying question (turn 2: clarify, turn 3: answer).
+    (turn 2: answer); the four noisy personas stay noisy in both replies (turns 2 and 3: clarify).
     A failed simulation keeps its later turns as rows with status and error, and empty messages.
     """
     v = sim.value
@@ -88,7 +88,9 @@ def dialogue_rows(q: dict[str, Any], persona: Persona, sim: Outcome) -> list[dic
             "messages": list(history) if have else [],
             "user_utterance": user_turns[t - 1] if have else None,
             "reference_action": ref,
-            "reference_question": assistant_turns[t - 1] if ref == "clarify" and have else None,
+            # no question follows the noisy user's last reply in the simulation: turn 3 has no reference question
+            "reference_question": assistant_turns[t - 1] if ref == "clarify" and have and t <= len(assistant_turns)
+            else None,
             "status": (Status.OK if turn_ok else sim.status).value, "error": None if turn_ok else sim.error,
             "raw_output": None if t == 1 else (sim.raw_output or ""), "model": sim.model,
             "prompt_version": sim.prompt_version,

@@ -84,9 +84,17 @@ PERSONA_BY_KEY = {p.key: p for p in PERSONAS}
 ACTIONS = ("clarify", "answer")
 
 
+ANSWER_AFTER_ONE_REPLY = frozenset({"precise", "refusal"})
+"""Personas whose one reply permits an answer (paper §4.2); the four noisy personas stay noisy in every reply."""
+
+
 def reference_actions(persona: Persona) -> list[str]:
-    """Reference action per evaluated turn: the first query is ambiguous, the last turn warrants an answer."""
-    return ["clarify"] * (persona.turns - 1) + ["answer"]
+    """Reference action per evaluated turn (ClarifyMT-Bench §4.2): the first query is ambiguous (clarify);
+    Precise and Refusal users permit an answer after one reply; the noisy personas never give what is missing,
+    so every one of their turns is clarify (Table 4's turn-3 scores only fit this labelling)."""
+    if persona.key in ANSWER_AFTER_ONE_REPLY:
+        return ["clarify"] * (persona.turns - 1) + ["answer"]
+    return ["clarify"] * persona.turns
 
 
 def taxonomy_table() -> pl.DataFrame:
