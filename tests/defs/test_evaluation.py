@@ -208,7 +208,7 @@ def test_judge_tables_and_report(built):
     assert set(cmp["scope"]) == {"turn_2", "all_turns"}
     assert cmp.filter(pl.col("scope") == "turn_2").height == 9
     agent = cmp.filter((pl.col("method") == "clarify_agent") & (pl.col("scope") == "all_turns")).row(0, named=True)
-    assert agent["accuracy"] == pytest.approx(12 / 16)  # misses turn 2 of the four 3-turn personas
+    assert agent["accuracy"] == pytest.approx(8 / 16)  # answers turns 2 and 3 of the four noisy personas
     assert agent["calls_per_turn"] == pytest.approx((6 * 4 + 10 * 5) / 16)
     assert agent["judge_score"] is not None
     base = cmp.filter((pl.col("method") == "base") & (pl.col("scope") == "all_turns")).row(0, named=True)
