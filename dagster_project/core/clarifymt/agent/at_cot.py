@@ -19,15 +19,15 @@ from dagster_project.core.clarifymt.agent.method import (
     DialogueTurn,
     Prediction,
     SubjectMethod,
+    answered,
     ask,
-    failed_prediction,
     json_string,
     schema_required,
 )
 from dagster_project.core.shared.dedup import Embed
 from dagster_project.core.shared.taxonomy import SUBTYPES
 from dagster_project.llm.chat import Message
-from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Reply, Status
+from dagster_project.llm.task import Answer, Chat, LLMTask, NonEmpty, Reply, Status
 
 METHOD = "at_cot"
 TYPES = [s.key for s in SUBTYPES] + ["none"]
@@ -79,17 +79,14 @@ class ATCoT(SubjectMethod):
     """Name the remaining ambiguity type, then ask or answer (one greedy JSON reply per turn)."""
 
     name = METHOD
+
     def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:
         answers = ask(chat, self.role, [(t, AT_COT, at_cot_messages(t.history)) for t in turns],
                       max_tokens=self.cfg.reasoning_max_tokens)
-        out = []
-        for a in answers:
-            if a.result.error:
-                out.append(failed_prediction(a))
-                continue
-            p, trace = parse_at_cot(a.result.text)
-            p.trace = trace
-            p.prompt_version = a.first.prompt_version
-            p.charge(a.result)
-            out.append(p)
-        return out
+        return [answered(a, _read) for a in answers]
+
+
+def _read(answer: Answer) -> Prediction:
+    p, trace = parse_at_cot(answer.result.text)
+    p.trace = trace
+    return p

@@ -62,6 +62,7 @@ class BaseMethod(SubjectMethod):
     """The plain prompt (greedy): one call per turn, the reply parsed with the response-prefix protocol."""
 
     name = METHOD
+
     def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:
         jobs = [(t, BASE, base_messages(t.history)) for t in turns]
         return [protocol_prediction(a) for a in ask(chat, self.role, jobs, max_tokens=self.cfg.subject_max_tokens)]

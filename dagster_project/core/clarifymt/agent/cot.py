@@ -14,13 +14,13 @@ from dagster_project.core.clarifymt.agent.method import (
     DialogueTurn,
     Prediction,
     SubjectMethod,
+    answered,
     ask,
     decision_prediction,
-    failed_prediction,
 )
 from dagster_project.core.shared.dedup import Embed
 from dagster_project.llm.protocol import Decision, parse_decision
-from dagster_project.llm.task import Chat, LLMTask
+from dagster_project.llm.task import Answer, Chat, LLMTask
 
 METHOD = "cot"
 COT = LLMTask("evaluate_cot", role="subject", sampling={"temperature": 0.0})
@@ -42,20 +42,17 @@ class ChainOfThought(SubjectMethod):
     """Greedy step-by-step reasoning; the last protocol line decides."""
 
     name = METHOD
+
     def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:
         answers = ask(chat, self.role, [(t, COT, base_messages(t.history, COT)) for t in turns],
                       max_tokens=self.cfg.reasoning_max_tokens)
-        out = []
-        for a in answers:
-            if a.result.error:
-                out.append(failed_prediction(a))
-                continue
-            decision, reasoning = final_decision(a.first.value)
-            p = decision_prediction(decision, a.first.value)
-            if decision.action == "invalid":
-                p.error = "no final line starts with a protocol prefix"
-            p.trace = {"reasoning": reasoning}
-            p.prompt_version = a.first.prompt_version
-            p.charge(a.result)
-            out.append(p)
-        return out
+        return [answered(a, _read) for a in answers]
+
+
+def _read(answer: Answer) -> Prediction:
+    decision, reasoning = final_decision(answer.first.value)
+    p = decision_prediction(decision, answer.first.value)
+    if decision.action == "invalid":
+        p.error = "no final line starts with a protocol prefix"
+    p.trace = {"reasoning": reasoning}
+    return p

@@ -9,7 +9,7 @@ step of a method is one call covering every turn it can serve. Nothing here talk
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -119,14 +119,20 @@ def failed_prediction(answer: Answer) -> Prediction:
     return p
 
 
-def protocol_prediction(answer: Answer) -> Prediction:
-    """The base protocol on one free-text reply (the base prompt)."""
+def answered(answer: Answer, read: Callable[[Answer], Prediction]) -> Prediction:
+    """The row of a one-call turn: an llm_error row when the call failed, else read(answer), stamped with the
+    call's template version and usage."""
     if answer.result.error:
         return failed_prediction(answer)
-    p = decision_prediction(parse_decision(answer.result.text), answer.result.text)
+    p = read(answer)
     p.prompt_version = answer.first.prompt_version
     p.charge(answer.result)
     return p
+
+
+def protocol_prediction(answer: Answer) -> Prediction:
+    """The base protocol on one free-text reply (the base prompt)."""
+    return answered(answer, lambda a: decision_prediction(parse_decision(a.result.text), a.result.text))
 
 
 # --------------------------------------------------------------------------- tables
