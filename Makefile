@@ -17,7 +17,7 @@ export GX_ANALYTICS_ENABLED := false
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test ui bench clean-assets vllm-install test-vllm
+.PHONY: install demo test test-faults ui bench clean-assets vllm-install test-vllm
 
 install: $(VENV)/.installed
 
@@ -42,6 +42,10 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# the fault suite alone (README "Reliability"); `make test` runs it too
+test-faults: install
+	$(PY) -m pytest -q tests/faults $(PYTEST_ARGS)
 
 ui: install
 	dagster dev -h 127.0.0.1 -p 3000 -m dagster_project.definitions
