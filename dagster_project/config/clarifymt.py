@@ -49,6 +49,8 @@ class ExternalDatasetConfig(Strict):
     path: str
     limit: int | None = Field(None, gt=0, description="read at most this many records")
     clariq_clarify_from: int = Field(2, ge=1, le=4, description="ClariQ clarification_need >= this -> clarify")
+    max_field_chars: int = Field(20_000, gt=0, description="a record with a longer text value is quarantined "
+                                                            "(oversized_field) before anything is written")
 
 
 class EvaluationConfig(Strict):

@@ -242,9 +242,9 @@ def test_whole_file_errors_name_the_file(tmp_path):
     (tmp_path / "obj.json").write_text('{"id": 1}')
     with pytest.raises(InputFileError, match="obj.json: top level must be a JSON list"):
         read_ambigqa(tmp_path / "obj.json")
-    (tmp_path / "broken.json").write_text("[{")
-    with pytest.raises(InputFileError, match="broken.json: not valid JSON"):
-        read_ambigqa(tmp_path / "broken.json")
+    (tmp_path / "broken.json").write_text("[{")  # a broken item is quarantined, not a whole-file error
+    records, q = read_ambigqa(tmp_path / "broken.json")
+    assert records == [] and [r["reason"].split(":")[0] for r in q.rows] == ["invalid_json"]
     with pytest.raises(InputFileError, match="unknown format"):
         read_qa_file(tmp_path / "obj.json", "squad")
 

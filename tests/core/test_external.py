@@ -35,7 +35,7 @@ def test_clamber_bad_lines_are_quarantined_with_reasons():
     rej = read_clamber(DATA / "clamber_sample.jsonl", "clamber").rejected.frame()
     assert rej.columns == ["file", "record", "field", "reason", "raw"]
     assert rej["record"].to_list() == [4, 5, 6, 7]
-    assert rej["field"].to_list() == ["require_clarification", "question", None, None]
+    assert rej["field"].to_list() == ["require_clarification", "question", "<record>", "<record>"]
     assert "'maybe'" in rej["reason"][0] and "not valid JSON" in rej["reason"][2] and "list" in rej["reason"][3]
     assert set(rej["file"]) == {str(DATA / "clamber_sample.jsonl")}
     r = read_clamber(DATA / "clamber_sample.jsonl", "c", limit=3)

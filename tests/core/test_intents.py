@@ -170,7 +170,7 @@ def test_read_records_and_quarantine(tmp_path):
     assert reasons[10].startswith("unknown split 'holdout'")
     assert reasons[12] == "missing intent"
     fields = dict(zip(rej["record"].to_list(), rej["field"].to_list()))
-    assert (fields[3], fields[5], fields[8], fields[10]) == (None, "text", "intent", "split")
+    assert (fields[3], fields[5], fields[8], fields[10]) == ("<record>", "text", "intent", "split")
     assert kept.height + rej.height == 12  # nothing dropped silently
 
 

@@ -141,8 +141,8 @@ def test_every_quarantine_reason(tmp_path):
     assert rej.columns == ["file", "record", "field", "reason", "raw"]  # the io.records Quarantine
     by_line = {r["record"]: (r["reason"].split(":")[0], r["field"]) for r in rej.to_dicts()}
     assert by_line == {  # 1-based line numbers (line 1 is the good record)
-        2: ("invalid_json", None), 3: ("not_utf8", None), 4: ("wrong_type", "conversation"),
-        5: ("wrong_type", None), 6: ("missing_field", "conversation"), 7: ("missing_role", "conversation[0].role"),
+        2: ("invalid_json", "<record>"), 3: ("not_utf8", "<record>"), 4: ("wrong_type", "conversation"),
+        5: ("wrong_type", "<record>"), 6: ("missing_field", "conversation"), 7: ("missing_role", "conversation[0].role"),
         8: ("unknown_role", "conversation[0].role"), 9: ("empty_text", "conversation[0].content"),
         10: ("wrong_type", "conversation[0].content"), 11: ("oversized_message", "conversation[0].content"),
         12: ("no_user_turn", "conversation"), 13: ("wrong_type", "timestamp"),
@@ -184,7 +184,7 @@ def test_a_first_record_that_is_not_an_object_is_quarantined_not_fatal(tmp_path)
     p.write_text(json.dumps([["not", "an", "object"], _sg("ok", "q?", "a")]))
     turns, rej, stats = _read([p])
     assert stats.files == {p.as_posix(): "sharegpt"} and set(turns["conversation_id"]) == {"ok"}
-    assert rej.select("record", "field").rows() == [(1, None)] and _codes(rej) == ["wrong_type"]
+    assert rej.select("record", "field").rows() == [(1, "<record>")] and _codes(rej) == ["wrong_type"]
 
 
 def test_path_patterns(tmp_path):

@@ -91,7 +91,7 @@ def test_clariq_tsv_read_as_is_and_bad_rows_quarantined(tmp_path):
     assert rej[3] == ("question", "empty or missing field 'question'")
     assert rej[4][0] == "question_id" and "first at record 2" in rej[4][1]
     assert rej[5] == ("facet_id", "facet F0134 already belongs to topic 133 (record 1)")
-    assert rej[6] == (None, "ragged_row: expected 9 fields, got 3")
+    assert rej[6] == ("<record>", "ragged_row: expected 9 fields, got 3")
     assert json.loads(imp.rejected.filter(pl.col("record") == 3)["raw"].item())["question_id"] == "Q00001"
 
 
@@ -141,7 +141,7 @@ def test_documents_quarantine(tmp_path):
 def test_qrels_parsing_and_unknown_ids(tmp_path):
     rows, rejected = parse_qrels(["# comment", "F1 0 D1 2", "", "F1 0 D2", "F1 0 D3 x", "F2 Q0 D1 -2"])
     assert [(r["qid"], r["doc_id"], r["rel"], r["record"]) for r in rows] == [("F1", "D1", 2, 2), ("F2", "D1", -2, 6)]
-    assert [(r["record"], r["field"]) for r in rejected.rows] == [(4, None), (5, "rel")]
+    assert [(r["record"], r["field"]) for r in rejected.rows] == [(4, "<record>"), (5, "rel")]
     (tmp_path / "q.txt").write_text("F1 0 D1 1\nF1 0 D1 2\nF9 0 D1 1\nF1 0 D9 1\nF1 0 D2 0\n")
     imp = import_qrels(tmp_path / "q.txt", ["F1"], ["D1", "D2"])
     assert imp.kept.select("qid", "doc_id", "rel").rows() == [("F1", "D1", 1), ("F1", "D2", 0)]

@@ -13,7 +13,7 @@ from dagster_project.core.shared.taxonomy import PERSONAS
 from dagster_project.io.formats.clamber import read_clamber
 from dagster_project.io.formats.clariq import read_clariq
 from dagster_project.io.formats.dialogues import TURN_SCHEMA, ImportResult, read_generic
-from dagster_project.io.records import InputFileError
+from dagster_project.io.records import MAX_FIELD_CHARS, InputFileError
 
 __all__ = ["FORMATS", "TURN_SCHEMA", "ImportResult", "import_dataset"]
 
@@ -22,15 +22,19 @@ PERSONA_ALIASES = {k: p.key for p in PERSONAS for k in (p.key, p.name.lower(), p
 
 
 def import_dataset(dataset: str, fmt: str, path: str | Path, limit: int | None = None,
-                   clariq_clarify_from: int = 2) -> ImportResult:
-    """Read one external dataset; raises InputFileError only when the file as a whole is unusable."""
+                   clariq_clarify_from: int = 2, max_field_chars: int = MAX_FIELD_CHARS) -> ImportResult:
+    """Read one external dataset; raises InputFileError only when the file as a whole is unusable. Records with
+    a text value over `max_field_chars`, invalid UTF-8 or a repeated id are quarantined."""
     key = f"evaluation.external.{dataset}"
     if fmt not in FORMATS:
         raise InputFileError(path, f"unknown external format {fmt!r}; known: {list(FORMATS)}", key=f"{key}.format")
     if not Path(path).is_file():
         raise InputFileError(path, "file not found", key=f"{key}.path")
-    if fmt == "clamber":
-        return read_clamber(path, dataset, limit)
-    if fmt == "clariq":
-        return read_clariq(path, dataset, limit, clariq_clarify_from)
-    return read_generic(path, dataset, limit, PERSONA_ALIASES)
+    try:
+        if fmt == "clamber":
+            return read_clamber(path, dataset, limit, max_field_chars)
+        if fmt == "clariq":
+            return read_clariq(path, dataset, limit, clariq_clarify_from, max_field_chars)
+        return read_generic(path, dataset, limit, PERSONA_ALIASES, max_field_chars)
+    except InputFileError as err:
+        raise err.with_key(f"{key}.path") from None

@@ -19,7 +19,7 @@ import polars as pl
 
 from dagster_project.config import LogsConfig
 from dagster_project.io.formats.chat_logs import Conversation, Rejection, expand_paths, file_format, normalise_record
-from dagster_project.io.records import QUARANTINE_SCHEMA, Quarantine, Record, iter_records
+from dagster_project.io.records import QUARANTINE_SCHEMA, Quarantine, Record, count_records, iter_records
 
 TURN_SCHEMA = {
     "conversation_id": pl.Utf8, "turn_index": pl.Int64, "role": pl.Utf8, "text": pl.Utf8, "n_chars": pl.Int64,
@@ -28,7 +28,8 @@ TURN_SCHEMA = {
 }
 LEDGER_SCHEMA = {
     "log_date": pl.Date, "source": pl.Utf8, "source_format": pl.Utf8, "records_read": pl.Int64,
-    "conversations_kept": pl.Int64, "records_rejected": pl.Int64,
+    "conversations_kept": pl.Int64, "records_rejected": pl.Int64, "file_records_read": pl.Int64,
+    "file_records_counted": pl.Int64,
 }
 
 
@@ -49,6 +50,8 @@ class ReadStats:
     reasons: dict[str, int] = field(default_factory=dict)
     dates: Counter[date] = field(default_factory=Counter)  # every record by its log_date
     read_by_source: Counter[str] = field(default_factory=Counter)  # this day's records per file
+    file_records: Counter[str] = field(default_factory=Counter)  # every record the reader gave, per file
+    file_counted: dict[str, int] = field(default_factory=dict)  # records per file by io.records.count_records
 
     def as_metadata(self) -> dict[str, Any]:
         """The counts as Dagster metadata (one `rejected_<reason>` per reason seen)."""
@@ -144,6 +147,7 @@ def read_logs(paths: list[Path], cfg: LogsConfig, day: date | None = None, stats
         file_date = _date(cfg.default_log_date) or datetime.fromtimestamp(path.stat().st_mtime, tz=UTC).date()
         for position, rec in enumerate(iter_records(path, cfg.read_batch_size)):
             in_batch += 1
+            stats.file_records[rec.file] += 1
             if fmt is None and rec.problem is None:
                 fmt = stats.files[rec.file] = file_format(rec)
             reader.take(rec, position, fmt, file_date)
@@ -152,6 +156,7 @@ def read_logs(paths: list[Path], cfg: LogsConfig, day: date | None = None, stats
                 yield reader.flush()
         if fmt is None:
             stats.files.setdefault(path.as_posix(), "unreadable")
+        stats.file_counted[path.as_posix()] = count_records(path)  # independent of the parse above
     if in_batch or not stats.records_read:
         yield reader.flush()
 
@@ -195,11 +200,13 @@ def days_to_ingest(cfg: LogsConfig, partition_keys: list[str]) -> tuple[list[str
 
 def ledger(stats: ReadStats, day: date, turns: pl.DataFrame, rejected: pl.DataFrame) -> pl.DataFrame:
     """One row per file for one day: records read (counted while streaming) beside what was kept and
-    rejected, so a check can prove read = kept + rejected from the stored rows."""
+    rejected, so a check can prove read = kept + rejected from the stored rows; and the file's records as the
+    reader gave them (every day) beside a count made without parsing, so a reader that loses records shows."""
     kept = dict(turns.group_by("source").agg(pl.col("record_index").n_unique()).iter_rows())
     rej = dict(rejected.group_by("file").len().iter_rows())
     rows = [{"log_date": day, "source": src, "source_format": stats.files.get(src), "records_read": n,
-             "conversations_kept": kept.get(src, 0), "records_rejected": rej.get(src, 0)}
+             "conversations_kept": kept.get(src, 0), "records_rejected": rej.get(src, 0),
+             "file_records_read": stats.file_records.get(src, 0), "file_records_counted": stats.file_counted.get(src)}
             for src, n in sorted(stats.read_by_source.items())]
     return pl.DataFrame(rows, schema=LEDGER_SCHEMA)
 

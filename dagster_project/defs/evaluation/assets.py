@@ -73,7 +73,7 @@ def external_dialogues(context: dg.AssetExecutionContext, params: dg.ResourcePar
             continue
         ds = params.evaluation.external[name]
         try:
-            res = import_dataset(name, ds.format, ds.path, ds.limit, ds.clariq_clarify_from)
+            res = import_dataset(name, ds.format, ds.path, ds.limit, ds.clariq_clarify_from, ds.max_field_chars)
         except InputFileError as err:
             raise dg.Failure(description=f"evaluation.external.{name}: {err}") from None
         turns.append(res.turns)

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from dagster_project.io.formats.qa_generic import Aliases, QARecord, Strict, Text, validate
-from dagster_project.io.records import InputFileError, Quarantine, iter_records
+from dagster_project.io.records import MAX_FIELD_CHARS, InputFileError, Quarantine, RequiredColumns, iter_records
 
 
 class SingleAnswer(Strict):
@@ -48,16 +48,16 @@ def _require_list(path: Path, key: str | None) -> None:
         raise InputFileError(path.as_posix(), "top level must be a JSON list of records", key=key)
 
 
-def read_ambigqa(path: str | Path, quarantine: Quarantine | None = None,
-                 key: str | None = None) -> tuple[list[QARecord], Quarantine]:
-    """AmbigQA JSON; record numbers are 1-based list positions. An array that breaks off is a whole-file error
-    (`key`: the params key that names the file, for the error message)."""
+def read_ambigqa(path: str | Path, quarantine: Quarantine | None = None, key: str | None = None,
+                 max_field_chars: int = MAX_FIELD_CHARS) -> tuple[list[QARecord], Quarantine]:
+    """AmbigQA JSON; record numbers are 1-based list positions. A broken item is quarantined and the items after
+    it are read (`key`: the params key that names the file, for the error message)."""
     q = quarantine if quarantine is not None else Quarantine()
     _require_list(Path(path), key)
+    columns = RequiredColumns(Path(path).as_posix(), ("id", "question", "annotations"), key)
     out = []
-    for rec in iter_records(path, key=key):
-        if rec.problem in ("invalid_json", "not_utf8"):
-            raise InputFileError(rec.file, f"not valid JSON: {rec.detail}", key=key)
+    for rec in iter_records(path, key=key, max_field_chars=max_field_chars):
+        columns.see(rec.data if not rec.problem else None)
         parsed = validate(AmbigQARecord, rec, q)
         if parsed is None:
             continue
@@ -68,4 +68,5 @@ def read_ambigqa(path: str | Path, quarantine: Quarantine | None = None,
             else:
                 items.extend((p.answer, p.question) for p in ann.qaPairs)
         out.append(QARecord(rec.file, rec.record, str(parsed.id), parsed.question, items))
+    columns.check()
     return out, q

@@ -34,7 +34,7 @@ LANGUAGE_KEYS = ("language", "lang")
 SUFFIXES = (".json", ".jsonl", ".ndjson", ".json.gz", ".jsonl.gz", ".ndjson.gz", ".parquet")
 REJECT_REASONS = (
     "invalid_json", "not_utf8", "wrong_type", "missing_field", "missing_role", "unknown_role", "empty_text",
-    "oversized_message", "no_user_turn", "duplicate_conversation_id",
+    "oversized_message", "oversized_field", "no_user_turn", "duplicate_conversation_id",
 )
 PARAMS_KEY = "logs.paths"
 

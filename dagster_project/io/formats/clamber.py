@@ -1,7 +1,7 @@
 """CLAMBER (JSONL): fields ``question``, ``context`` (optional), ``require_clarification`` (0/1),
 ``clarifying_question``, ``category``, ``subclass``. One single-turn dialogue per record; the reference
 action is clarify when require_clarification is 1. Lines that hold a JSON *string* which itself contains
-the object (as in some published copies) are accepted.
+the object (as in some published copies) are accepted. A repeated id is quarantined (the first one is kept).
 """
 
 from __future__ import annotations
@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from dagster_project.io.formats.dialogues import ImportResult, TurnSink, read, text_value
+from dagster_project.io.records import MAX_FIELD_CHARS
+
+REQUIRED = ["question", "require_clarification"]
 
 
 def flag_value(value: Any) -> int | None:
@@ -23,10 +26,12 @@ def flag_value(value: Any) -> int | None:
     return None
 
 
-def read_clamber(path: str | Path, dataset: str, limit: int | None = None) -> ImportResult:
+def read_clamber(path: str | Path, dataset: str, limit: int | None = None,
+                 max_field_chars: int = MAX_FIELD_CHARS) -> ImportResult:
     """CLAMBER records -> single-turn dialogues ``<dataset>-<id or record number>``."""
     sink = TurnSink(dataset, Path(path).as_posix())
-    for rec, obj in read(path, sink, limit):
+    seen: dict[str, int] = {}
+    for rec, obj in read(path, sink, limit, REQUIRED, max_field_chars):
         question = text_value(obj.get("question"))
         need = flag_value(obj.get("require_clarification"))
         if question is None:
@@ -39,6 +44,10 @@ def read_clamber(path: str | Path, dataset: str, limit: int | None = None) -> Im
         context = text_value(obj.get("context"))
         user = f"{context}\n\n{question}" if context else question
         ident = text_value(obj.get("id")) or f"{rec.record:06d}"
+        if ident in seen:
+            sink.rejected.add_record(rec, f"duplicate id {ident!r} (first at record {seen[ident]})", "id")
+            continue
+        seen[ident] = rec.record
         sink.turn(rec.record, f"{dataset}-{ident}", 1, 1, [{"role": "user", "content": user}],
                   "clarify" if need == 1 else "answer", text_value(obj.get("clarifying_question")),
                   text_value(obj.get("subclass")) or text_value(obj.get("category")), None)

@@ -4,7 +4,8 @@ dataset formats use, and the ``generic`` format.
 Every format yields one row per evaluated turn with ``dialogue_id``, ``turn``, ``messages`` (the dialogue
 so far, ending with the user), ``reference_action`` and, for clarify turns, ``reference_question``.
 A malformed record never stops an import: it goes to the Quarantine with its file, record number, field
-and reason. A file that cannot be used at all (missing, or without a required column) raises InputFileError.
+and reason. A file that cannot be used at all (missing, or a required column that no record has, in CSV / TSV
+the header, in JSON / JSONL every record) raises InputFileError naming the file and the column.
 
 ``generic``  JSONL, JSON, CSV or TSV with columns ``dialogue_id``, ``turn`` (1, 2, ...), ``user`` (the user's
              message at that turn), ``reference_action`` (clarify / answer), and optionally
@@ -23,7 +24,14 @@ from typing import Any
 
 import polars as pl
 
-from dagster_project.io.records import InputFileError, Quarantine, Record, iter_records
+from dagster_project.io.records import (
+    MAX_FIELD_CHARS,
+    InputFileError,
+    Quarantine,
+    Record,
+    RequiredColumns,
+    iter_records,
+)
 
 MESSAGE_TYPE = pl.List(pl.Struct({"role": pl.Utf8, "content": pl.Utf8}))
 TURN_SCHEMA = {
@@ -41,12 +49,13 @@ class ImportResult:
 
     turns: pl.DataFrame
     rejected: Quarantine
-    records: int  # records read from the file (each is either in turns' sources or in rejected)
+    records: int  # records read from the file: each is a turn's record, a rejected one, or merged
+    merged: int = 0  # records folded into another record's turn (ClariQ: the further rows of a topic)
 
     def summary(self) -> dict[str, int]:
         return {"records": self.records, "turns": self.turns.height,
                 "dialogues": self.turns["dialogue_id"].n_unique() if self.turns.height else 0,
-                "rejected_records": len(self.rejected)}
+                "rejected_records": len(self.rejected), "merged_records": self.merged}
 
 
 @dataclass
@@ -58,6 +67,7 @@ class TurnSink:
     turns: list[dict[str, Any]] = field(default_factory=list)
     rejected: Quarantine = field(default_factory=Quarantine)
     records: int = 0  # records read so far (usable or not)
+    merged: int = 0  # records folded into another record's turn
 
     def turn(self, record: int, dialogue_id: str, turn: int, n_turns: int, messages: list[dict[str, str]],
              reference_action: str, reference_question: str | None, subtype: str | None,
@@ -72,7 +82,7 @@ class TurnSink:
         })
 
     def result(self) -> ImportResult:
-        return ImportResult(pl.DataFrame(self.turns, schema=TURN_SCHEMA), self.rejected, self.records)
+        return ImportResult(pl.DataFrame(self.turns, schema=TURN_SCHEMA), self.rejected, self.records, self.merged)
 
 
 # --------------------------------------------------------------------------- values
@@ -113,10 +123,10 @@ def _string_encoded(rec: Record) -> Any:
 
 def _quarantine(sink: TurnSink, rec: Record) -> None:
     if rec.problem == "invalid_json":
-        sink.rejected.add_record(rec, f"line {rec.record} is not valid JSON: {rec.detail}")
+        sink.rejected.add_record(rec, f"record {rec.record} is not valid JSON: {rec.detail}")
     elif rec.problem == "not_an_object":
         kind = (rec.detail or "").rsplit(" ", 1)[-1]
-        sink.rejected.add_record(rec, f"line {rec.record} is a JSON {kind}, not an object")
+        sink.rejected.add_record(rec, f"record {rec.record} is a JSON {kind}, not an object")
     else:
         sink.rejected.add_record(rec, f"{rec.problem}: {rec.detail}")
 
@@ -125,13 +135,16 @@ def _is_table(path: str | Path) -> bool:
     return Path(path).name.lower().removesuffix(".gz").endswith((".csv", ".tsv", ".tab"))
 
 
-def read(path: str | Path, sink: TurnSink, limit: int | None,
-         required: list[str] | None = None) -> Iterator[tuple[Record, dict[str, Any]]]:
+def read(path: str | Path, sink: TurnSink, limit: int | None, required: list[str] | None = None,
+         max_field_chars: int = MAX_FIELD_CHARS) -> Iterator[tuple[Record, dict[str, Any]]]:
     """Usable (record, object) pairs, in file order; at most `limit` records are read (bad ones count, in
-    `sink.records`). A record that holds no object is quarantined (a JSON string that holds one is accepted).
-    With `required`, a CSV / TSV file without one of those columns is an InputFileError."""
-    check = bool(required) and _is_table(path)
-    for rec in itertools.islice(iter_records(path), limit):
+    `sink.records`). A record that holds no object is quarantined (a JSON string that holds one is accepted), so
+    is one with a text value over `max_field_chars` or not valid UTF-8. With `required`, a CSV / TSV file
+    without one of those columns, or a JSON / JSONL file where no record has one, is an InputFileError."""
+    table = _is_table(path)
+    check = bool(required) and table
+    columns = RequiredColumns(Path(path).as_posix(), tuple(required or ()))
+    for rec in itertools.islice(iter_records(path, max_field_chars=max_field_chars), limit):
         sink.records += 1
         if check and isinstance(rec.data, dict):  # the first row with data shows the header
             check = False
@@ -140,9 +153,12 @@ def read(path: str | Path, sink: TurnSink, limit: int | None,
                 raise InputFileError(path, f"missing required column(s) {missing}; found {list(rec.data)}")
         obj = rec.data if rec.problem is None else (_string_encoded(rec) if rec.problem == "not_an_object" else None)
         if isinstance(obj, dict):
+            columns.see(obj)
             yield rec, obj
         else:
             _quarantine(sink, rec)
+    if not table:
+        columns.check()
 
 
 # --------------------------------------------------------------------------- the generic format
@@ -162,12 +178,13 @@ def _generic_problem(obj: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def read_generic(path: str | Path, dataset: str, limit: int | None = None,
-                 persona_aliases: Mapping[str, str] | None = None) -> ImportResult:
+                 persona_aliases: Mapping[str, str] | None = None, max_field_chars: int = MAX_FIELD_CHARS
+                 ) -> ImportResult:
     """Multi-turn dialogues, one record per turn; histories are rebuilt from the earlier turns."""
     sink = TurnSink(dataset, Path(path).as_posix())
     aliases = persona_aliases or {}
     dialogues: dict[str, dict[int, tuple[Record, dict[str, Any]]]] = {}
-    for rec, obj in read(path, sink, limit, GENERIC_REQUIRED):
+    for rec, obj in read(path, sink, limit, GENERIC_REQUIRED, max_field_chars):
         bad = _generic_problem(obj)
         if bad:
             sink.rejected.add_record(rec, bad[1], bad[0])

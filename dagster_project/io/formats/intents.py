@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dagster_project.io.records import InputFileError, Record, iter_records
+from dagster_project.io.records import MAX_FIELD_CHARS, InputFileError, Record, iter_records
 
 
 def problem_reason(rec: Record) -> str:
@@ -21,6 +21,8 @@ def problem_reason(rec: Record) -> str:
         return f"malformed JSON: {rec.detail}"
     if rec.problem == "not_utf8":
         return f"bad encoding (undecodable bytes: {rec.detail})"
+    if rec.problem == "oversized_field":
+        return f"field {rec.field!r} too long: {rec.detail}"
     return rec.detail or rec.problem or "unreadable record"
 
 
@@ -38,22 +40,26 @@ def split_list(value: Any) -> Any:
     return value
 
 
-def read_intent_records(path: str | Path, required: tuple[str, ...] = (), key: str | None = None) -> list[Record]:
-    """Every record of an intent dataset file. Raises InputFileError naming the file (and the params key) when
-    the file cannot be read, or when a required field is absent from every parsed record."""
-    records = list(iter_records(path))
+def read_intent_records(path: str | Path, required: tuple[str | tuple[str, ...], ...] = (), key: str | None = None,
+                        max_field_chars: int = MAX_FIELD_CHARS) -> list[Record]:
+    """Every record of an intent dataset file. Raises InputFileError naming the file, the field (a tuple: any one
+    of those names) and the params key when the file cannot be read, or when a required field is absent from
+    every parsed record."""
+    records = list(iter_records(path, key=key, max_field_chars=max_field_chars))
     parsed = [r.data for r in records if r.problem is None]
-    for name in required:
-        if parsed and not any(name in d for d in parsed):
+    for need in required:
+        names = (need,) if isinstance(need, str) else need
+        if parsed and not any(n in d for d in parsed for n in names):
             found = sorted({k for d in parsed for k in d})
-            raise InputFileError(Path(path).as_posix(), f"no field {name!r} in any record (fields found: {found})",
+            label = " or ".join(repr(n) for n in names)
+            raise InputFileError(Path(path).as_posix(), f"no field {label} in any record (fields found: {found})",
                                  key=key)
     return records
 
 
 def read_catalog(path: str | Path) -> list[Record]:
     """Intent catalogue: `name` (or `intent`), optional `description`, optional `examples` (list or `|` string)."""
-    return read_intent_records(path, key="intents.catalog")
+    return read_intent_records(path, (("name", "intent"),), key="intents.catalog")
 
 
 def read_utterances(path: str | Path) -> list[Record]:
@@ -63,10 +69,11 @@ def read_utterances(path: str | Path) -> list[Record]:
 
 def read_few_shot(path: str | Path) -> list[Record]:
     """Demo dialogues for the assistant prompt: `messages` = [{role: user|assistant, content}, ...]."""
-    return read_intent_records(path, key="intents.few_shot")
+    return read_intent_records(path, ("messages",), key="intents.few_shot")
 
 
 def read_ambiguous(path: str | Path) -> list[Record]:
     """Ambiguous queries the user already has: ambiguous_query, unambiguous_query, true_intent,
     candidate_intents (list or `|` string), optional split."""
-    return read_intent_records(path, key="intents.ambiguous_dataset")
+    return read_intent_records(path, ("ambiguous_query", "unambiguous_query", "true_intent", "candidate_intents"),
+                               key="intents.ambiguous_dataset")

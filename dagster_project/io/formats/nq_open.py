@@ -10,7 +10,7 @@ import hashlib
 from pathlib import Path
 
 from dagster_project.io.formats.qa_generic import Aliases, QARecord, Strict, Text, validate
-from dagster_project.io.records import Quarantine, iter_records
+from dagster_project.io.records import MAX_FIELD_CHARS, Quarantine, RequiredColumns, iter_records
 
 
 class NQOpenRecord(Strict):
@@ -25,15 +25,18 @@ def question_id(prefix: str, question: str) -> str:
 
 
 def read_nq_open(path: str | Path, quarantine: Quarantine | None = None, answers_are_aliases: bool = False,
-                 key: str | None = None) -> tuple[list[QARecord], Quarantine]:
+                 key: str | None = None, max_field_chars: int = MAX_FIELD_CHARS) -> tuple[list[QARecord], Quarantine]:
     """NQ-Open JSONL; record numbers are 1-based line numbers (`key`: the params key naming the file)."""
     q = quarantine if quarantine is not None else Quarantine()
+    columns = RequiredColumns(Path(path).as_posix(), ("question", "answer"), key)
     out = []
-    for rec in iter_records(path, key=key):
+    for rec in iter_records(path, key=key, max_field_chars=max_field_chars):
+        columns.see(rec.data if not rec.problem else None)
         parsed = validate(NQOpenRecord, rec, q)
         if parsed is None:
             continue
         items = [(parsed.answer, None)] if answers_are_aliases else [([a], None) for a in parsed.answer]
         qid = str(parsed.id) if parsed.id is not None else question_id("nq", parsed.question)
         out.append(QARecord(rec.file, rec.record, qid, parsed.question, items))
+    columns.check()
     return out, q

@@ -17,12 +17,19 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from dagster_project.io.records import InputFileError, Quarantine, Record, iter_records
+from dagster_project.io.records import (
+    MAX_FIELD_CHARS,
+    WHOLE_RECORD,
+    InputFileError,
+    Quarantine,
+    Record,
+    RequiredColumns,
+    iter_records,
+)
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 Aliases = Annotated[list[Text], Field(min_length=1)]
 Item = tuple[list[str], str | None]
-WHOLE_RECORD = "<record>"
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -59,7 +66,7 @@ def field_path(loc: tuple[Any, ...]) -> str:
 def validate(model: type[M], rec: Record, quarantine: Quarantine) -> M | None:
     """The record as `model`, or None after quarantining it with the first wrong field."""
     if rec.problem:
-        quarantine.add_record(rec, f"{rec.problem}: {rec.detail}", WHOLE_RECORD)
+        quarantine.add_record(rec, f"{rec.problem}: {rec.detail}")
         return None
     try:
         return model.model_validate(rec.data)
@@ -105,14 +112,16 @@ def _decode_cells(rec: Record, quarantine: Quarantine, key: str | None) -> Recor
     return Record(rec.file, rec.record, obj, rec.raw)
 
 
-def read_generic(path: str | Path, quarantine: Quarantine | None = None,
-                 key: str | None = None) -> tuple[list[QARecord], Quarantine]:
+def read_generic(path: str | Path, quarantine: Quarantine | None = None, key: str | None = None,
+                 max_field_chars: int = MAX_FIELD_CHARS) -> tuple[list[QARecord], Quarantine]:
     """Generic JSONL or CSV (id, question, answers = list of alias lists[, disambiguated_questions]);
     `key`: the params key that names the file, for the error message."""
     q = quarantine if quarantine is not None else Quarantine()
     table = _is_table(Path(path))
+    columns = RequiredColumns(Path(path).as_posix(), _REQUIRED, key)
     out = []
-    for rec in iter_records(path, key=key):
+    for rec in iter_records(path, key=key, max_field_chars=max_field_chars):
+        columns.see(rec.data if not rec.problem else None)
         if table and not rec.problem:
             rec = _decode_cells(rec, q, key)
             if rec is None:
@@ -127,4 +136,5 @@ def read_generic(path: str | Path, quarantine: Quarantine | None = None,
             continue
         items = [(a, dq[j] if dq else None) for j, a in enumerate(parsed.answers)]
         out.append(QARecord(rec.file, rec.record, str(parsed.id), parsed.question, items))
+    columns.check()
     return out, q

@@ -14,7 +14,14 @@ from typing import Any
 import polars as pl
 
 from dagster_project.io.formats.trec import parse_qrels, read_lines
-from dagster_project.io.records import InputFileError, Quarantine, Record, iter_records
+from dagster_project.io.records import (
+    MAX_FIELD_CHARS,
+    InputFileError,
+    Quarantine,
+    Record,
+    RequiredColumns,
+    iter_records,
+)
 
 QA_REQUIRED = ("topic_id", "initial_request", "facet_id", "facet_desc", "question_id", "question", "answer")
 DOC_REQUIRED = ("doc_id", "text")
@@ -40,19 +47,24 @@ class Imported:
         return {"records": self.n_records, "kept": self.kept.height, "rejected": self.rejected.height}
 
 
-def _records(path: str | Path, required: Sequence[str], key: str) -> Iterator[Record]:
-    """The file's records; a file that cannot be read, or whose first parsed record lacks a required column,
-    raises InputFileError naming the file, the columns and the params key."""
-    checked = False
+def _records(path: str | Path, required: Sequence[str], key: str, max_field_chars: int) -> Iterator[Record]:
+    """The file's records; a file that cannot be read, a CSV / TSV / Parquet file whose header lacks a required
+    column, or a JSON / JSONL file where no record has one, raises InputFileError naming the file, the columns
+    and the params key (a single JSON record without one is quarantined by the caller)."""
+    table = Path(path).name.lower().removesuffix(".gz").endswith((".csv", ".tsv", ".tab", ".parquet"))
+    columns = RequiredColumns(Path(path).as_posix(), tuple(required), key)
+    checked = not table
     try:
-        for rec in iter_records(path):
+        for rec in iter_records(path, max_field_chars=max_field_chars):
             if not checked and rec.problem is None:
                 checked = True
                 missing = [c for c in required if c not in rec.data]
                 if missing:
                     raise InputFileError(rec.file, f"missing column(s) {missing}; found {sorted(rec.data)}; "
                                                    f"required: {list(required)}", key=key)
+            columns.see(rec.data if rec.problem is None else None)
             yield rec
+        columns.check()
     except InputFileError as err:
         if err.key:
             raise
@@ -99,7 +111,8 @@ def parse_images(value: Any) -> list[str]:
     return [str(i).strip() for i in items if str(i).strip()]
 
 
-def import_clarification_qa(path: str | Path, key: str = "retrieval.qa_path") -> Imported:
+def import_clarification_qa(path: str | Path, key: str = "retrieval.qa_path",
+                            max_field_chars: int = MAX_FIELD_CHARS) -> Imported:
     """Validate single-turn clarification QA (one row per facet x question) record by record.
 
     Quarantined: unparseable records, an empty required field (ClariQ's 'no question' rows Q00001 have an
@@ -110,7 +123,7 @@ def import_clarification_qa(path: str | Path, key: str = "retrieval.qa_path") ->
     q, kept, n_records = Quarantine(), [], 0
     seen: dict[tuple[str, str], int] = {}
     facet_topic: dict[str, tuple[str, int]] = {}
-    for rec in _records(path, QA_REQUIRED, key):
+    for rec in _records(path, QA_REQUIRED, key, max_field_chars):
         n_records += 1
         if _unreadable(q, rec):
             continue
@@ -141,12 +154,13 @@ def import_clarification_qa(path: str | Path, key: str = "retrieval.qa_path") ->
     return Imported(pl.DataFrame(kept, schema=QA_SCHEMA), q.frame(), n_records)
 
 
-def import_documents(path: str | Path, key: str = "retrieval.documents_path") -> Imported:
+def import_documents(path: str | Path, key: str = "retrieval.documents_path",
+                     max_field_chars: int = MAX_FIELD_CHARS) -> Imported:
     """Validate a document collection (doc_id, text, optional title); empty text or a repeated id is quarantined."""
     source = Path(path).name
     q, kept, n_records = Quarantine(), [], 0
     seen: dict[str, int] = {}
-    for rec in _records(path, DOC_REQUIRED, key):
+    for rec in _records(path, DOC_REQUIRED, key, max_field_chars):
         n_records += 1
         if _unreadable(q, rec):
             continue

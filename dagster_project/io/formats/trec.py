@@ -23,6 +23,9 @@ def parse_qrels(lines: Iterable[str], file: str = "qrels",
         s = line.strip()
         if not s or s.startswith("#"):
             continue
+        if not_utf8(s):
+            q.add(file, n, "not_utf8: the line is not valid UTF-8", raw=s)
+            continue
         parts = s.split()
         if len(parts) != 4:
             q.add(file, n, f"expected 4 fields 'qid iter doc_id rel', got {len(parts)}", raw=s)
@@ -36,14 +39,24 @@ def parse_qrels(lines: Iterable[str], file: str = "qrels",
     return rows, q
 
 
+def not_utf8(line: str) -> bool:
+    """A line read with surrogateescape that held bytes which are not UTF-8."""
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def read_lines(path: str | Path, key: str | None = None) -> list[str]:
-    """The lines of a text file; InputFileError naming the file (and params key) when it cannot be read."""
+    """The lines of a text file (undecodable bytes kept as surrogate escapes, so the parsers quarantine just
+    that line); InputFileError naming the file (and params key) when it cannot be read."""
     p = Path(path)
     if not p.is_file():
         raise InputFileError(p.as_posix(), "file not found", key=key)
     try:
-        return p.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
+        return p.read_text(encoding="utf-8", errors="surrogateescape").splitlines()
+    except OSError as err:
         raise InputFileError(p.as_posix(), f"cannot be read: {type(err).__name__}: {err}", key=key) from None
 
 
@@ -54,6 +67,9 @@ def parse_trec_run(lines: Iterable[str], file: str = "run") -> tuple[pl.DataFram
     for n, line in enumerate(lines, start=1):
         s = line.strip()
         if not s:
+            continue
+        if not_utf8(s):
+            q.add(file, n, "not_utf8: the line is not valid UTF-8", raw=s)
             continue
         parts = s.split()
         if len(parts) != 6:
