@@ -45,7 +45,8 @@ class InputFileError(ValueError):
                  key: str | None = None):
         where = [str(file)] + ([f"record {record}"] if record is not None else []) + \
             ([f"field {field!r}"] if field else [])
-        super().__init__(": ".join([", ".join(where), problem]) + (f" (params: {key})" if key else ""))
+        text = ": ".join([", ".join(where), problem]) + (f" (params: {key})" if key else "")
+        super().__init__(_valid_text(text))  # a message quoting undecodable bytes must still print
         self.file, self.record, self.field, self.key, self.problem = str(file), record, field, key, problem
 
     def with_key(self, key: str) -> InputFileError:
@@ -75,8 +76,8 @@ class Quarantine:
 
     def add(self, file: str, record: int | None, reason: str, field: str | None = None, raw: Any = "") -> None:
         text = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False, default=str)
-        self.rows.append({"file": file, "record": record, "field": field or WHOLE_RECORD, "reason": reason,
-                          "raw": _valid_text(text[:RAW_SNIPPET])})
+        self.rows.append({"file": _valid_text(file), "record": record, "field": _valid_text(field or WHOLE_RECORD),
+                          "reason": _valid_text(reason), "raw": _valid_text(text[:RAW_SNIPPET])})
 
     def add_record(self, rec: Record, reason: str, field: str | None = None) -> None:
         self.add(rec.file, rec.record, reason, field or rec.field, rec.raw)
@@ -92,8 +93,12 @@ class Quarantine:
 
 
 def _valid_text(text: str) -> str:
-    """Text that can be stored: undecodable bytes and lone surrogates shown as U+FFFD (quarantine raw only)."""
-    return text.encode("utf-8", "replace").decode("utf-8")
+    """Text that can be stored: undecodable bytes and lone surrogates shown as U+FFFD (quarantine rows only)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return text
 
 
 def _snippet(obj: Any) -> str:
@@ -110,15 +115,15 @@ def _suffix(path: Path) -> str:
 
 
 def _bad_text(obj: Any, max_chars: int) -> tuple[str, str, str] | None:
-    """(problem, field, detail) for the first text value (or key) of a record that is not valid UTF-8 (bytes
-    read with surrogateescape, or a lone surrogate escape) or longer than `max_chars`; None when all are fine."""
+    """(problem, field, detail) for the first text value of a record that is not valid UTF-8 (bytes read with
+    surrogateescape, or a lone surrogate escape; keys too) or longer than `max_chars`; None when all are fine."""
     stack: list[tuple[str, Any]] = [("", obj)]
     while stack:
         where, value = stack.pop()
         if isinstance(value, dict):
             for k, v in reversed(value.items()):
                 name = f"{where}.{k}" if where else str(k)
-                if isinstance(k, str) and (bad := _bad_text(k, max_chars)):
+                if isinstance(k, str) and (bad := _bad_text(k, len(k))):
                     return bad[0], name, bad[2]
                 stack.append((name, v))
         elif isinstance(value, list | tuple):
@@ -212,10 +217,12 @@ def _table(path: Path, file: str, suffix: str, batch_size: int, max_chars: int) 
     with _open_binary(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape",
                                                      newline="") as f:
         rows = csv.reader(f, delimiter="," if suffix == ".csv" else "\t")
-        header = next(rows, None)
+        header = next((cells for cells in rows if cells), None)  # the first non-blank row
         if header is None:
             return
         header[0] = header[0].removeprefix("\ufeff")
+        if _bad_text(header, MAX_FIELD_CHARS):
+            raise InputFileError(file, "the header row is not valid UTF-8")
         for number, cells in enumerate(rows, 1):  # data rows; the header is not a record
             if not cells:
                 continue

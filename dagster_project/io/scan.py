@@ -7,7 +7,8 @@ Rules where the file is broken (each keeps the damage inside the item where it h
   and outside strings) ends the item at the first `}, {` after its start: that is where the next record began;
 - an item ends at a comma or `]` at array level; a stray closer at array level stays in the item (so it fails);
 - in an array whose items start on their own line, an opener at the first item's indentation, first on its
-  line, while an item is still open (an unclosed bracket) ends that item and starts the next one;
+  line, while an item is still open and is not valid JSON up to there (an unclosed bracket) ends that item
+  and starts the next one;
 - whatever follows the array's closing `]` is one more (unparseable) item; so is an item cut off by the end
   of the file. Empty items (`[]`, a trailing comma) are not items.
 Memory is bounded by the largest item, never the file. Bytes that are not UTF-8 are kept as surrogate escapes
@@ -31,6 +32,7 @@ _TOKEN = re.compile(r'"[^"\\\n]*(?:\\[^\n][^"\\\n]*)*"?|[\[\]{},]|[^\s"\[\]{},:]
 _LITERAL = re.compile(r"-?(?:\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|Infinity)|true|false|null|NaN")
 _OBJECT_BOUNDARY = re.compile(r"\}\s*,\s*\{")
 _AFTER_ITEM = re.compile(r"\s*([,\]])")
+_SPACE = re.compile(r"[ \t\r\n]*")
 _WS = " \t\r\n"
 _DECODER = json.JSONDecoder()
 
@@ -41,6 +43,18 @@ def _indent(buf: str, start: int, end: int) -> int | None:
     lead = len(body) - len(body.lstrip(_WS))
     nl = body.rfind("\n", 0, lead)
     return None if nl < 0 else lead - nl - 1
+
+
+def _broken_by(buf: str, start: int, p: int) -> bool:
+    """True when the item starting at `start` is not valid JSON up to position `p` (so an opener there is where
+    the next item begins); False when it is valid, or when that cannot be told yet (the error is at the end)."""
+    try:
+        _DECODER.raw_decode(buf, _SPACE.match(buf, start).end())
+    except json.JSONDecodeError as e:
+        return e.pos <= p and e.pos < len(buf) - 1
+    except (ValueError, RecursionError):
+        return False
+    return False
 
 
 def split_array(stream: IO[bytes], chunk_size: int = CHUNK) -> Iterator[tuple[str, Any]]:
@@ -84,7 +98,8 @@ def split_array(stream: IO[bytes], chunk_size: int = CHUNK) -> Iterator[tuple[st
                         continue
                 elif depth > 1 and indent is not None:
                     nl = buf.rfind("\n", start, p)
-                    if nl >= 0 and p - nl - 1 == indent and not buf[nl + 1:p].strip(_WS):
+                    if (nl >= 0 and p - nl - 1 == indent and not buf[nl + 1:p].strip(_WS)
+                            and _broken_by(buf, start, p)):
                         yield buf[start:p].strip(_WS), UNPARSED  # an unclosed item: resume at the next one
                         start, depth = p, 1
                 depth += 1

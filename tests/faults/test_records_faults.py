@@ -9,7 +9,7 @@ import json
 import polars as pl
 import pytest
 
-from dagster_project.io.records import count_records, iter_records, json_layout
+from dagster_project.io.records import InputFileError, Quarantine, count_records, iter_records, json_layout
 
 OBJS = [{"id": i, "text": f"record {i}"} for i in range(1, 7)]
 
@@ -147,3 +147,17 @@ def test_absurd_numbers_and_nesting_are_invalid_records_not_crashes(tmp_path):
     q = tmp_path / "a.json"
     q.write_text("[" + "[" * 100_000 + "]" * 100_000 + ', {"id": 2}]')
     assert _summary(q)[0] == [(1, "invalid_json"), (2, None)]
+
+
+def test_undecodable_bytes_in_a_header_or_key_never_reach_a_stored_row(tmp_path):
+    p = tmp_path / "h.csv"
+    p.write_bytes(b"\xffid,text\n1,x\n")
+    with pytest.raises(InputFileError, match="h.csv: the header row is not valid UTF-8"):
+        list(iter_records(p))
+    j = tmp_path / "k.json"
+    j.write_bytes(b'[{"\xffid": 1}, {"id": 2}]')
+    recs = list(iter_records(j))
+    assert [(r.problem, r.field) for r in recs] == [("not_utf8", "\udcffid"), (None, None)]
+    q = Quarantine()
+    q.add_record(recs[0], "not_utf8: bad key")
+    assert q.frame()["field"].to_list() == ["\ufffdid"]  # storable text, not a surrogate
