@@ -9,8 +9,8 @@ Rules where the file is broken (each keeps the damage inside the item where it h
 - in an array whose items start on their own line, an opener at the first item's indentation, first on its
   line, while an item is still open and is not valid JSON up to there (an unclosed bracket) ends that item
   and starts the next one;
-- whatever follows the array's closing `]` is one more (unparseable) item; so is an item cut off by the end
-  of the file. Empty items (`[]`, a trailing comma) are not items.
+- whatever follows the array's closing `]` is one more item (its first TAIL characters; the rest of the file
+  is not read); so is an item cut off by the end of the file. Empty items (`[]`, a trailing comma) are not.
 Memory is bounded by the largest item, never the file. Bytes that are not UTF-8 are kept as surrogate escapes
 (the caller quarantines that item). An item that is valid JSON is parsed on the spot by the json module's C
 decoder (the fast path, and the tokenizer skips it); only a broken one is tokenised here.
@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 CHUNK = 1 << 20
+TAIL = 4096  # characters kept of the text after the array
 UNPARSED = object()  # the value of an item the fast path could not parse
 # a string (ends at its quote, or before a newline / the end of the data), one structural char, or a bare word
 _TOKEN = re.compile(r'"[^"\\\n]*(?:\\[^\n][^"\\\n]*)*"?|[\[\]{},]|[^\s"\[\]{},:]+')
@@ -65,8 +66,8 @@ def split_array(stream: IO[bytes], chunk_size: int = CHUNK) -> Iterator[tuple[st
     depth, state = 0, "before"  # depth 1: at array level; state: before | array | after (the array)
     indent: int | None = None
     eof, first = False, True
-    while not eof:
-        chunk = stream.read(chunk_size)
+    while not eof and state != "after":
+        chunk = stream.read(max(chunk_size, len(buf)))  # an item longer than a chunk: amortised linear copying
         eof = not chunk
         text = decoder.decode(chunk, final=eof)
         if first and text:
@@ -76,7 +77,7 @@ def split_array(stream: IO[bytes], chunk_size: int = CHUNK) -> Iterator[tuple[st
         while (m := _TOKEN.search(buf, pos)) is not None and m.end() <= safe:
             p, tok = m.start(), m.group()
             pos = m.end()
-            if tok[:1] == '"' or state == "after":
+            if tok[:1] == '"':
                 continue
             if state == "before":
                 if tok == "[":
@@ -110,6 +111,7 @@ def split_array(stream: IO[bytes], chunk_size: int = CHUNK) -> Iterator[tuple[st
                     if buf[start:p].strip(_WS):
                         yield buf[start:p].strip(_WS), UNPARSED
                     state, depth, start = "after", 0, p + 1
+                    break
             elif tok == ",":
                 if depth == 1:
                     if buf[start:p].strip(_WS):
@@ -123,8 +125,14 @@ def split_array(stream: IO[bytes], chunk_size: int = CHUNK) -> Iterator[tuple[st
                     depth = 1
         cut = min(pos, start)
         buf, pos, start = buf[cut:], pos - cut, start - cut
-    if buf[start:].strip(_WS):
-        yield buf[start:].strip(_WS), UNPARSED  # an array cut off by the end of the file, or what follows it
+    if state == "after":  # what follows the array is one record, kept to its first TAIL characters
+        tail = buf[start:].strip(_WS)
+        while len(tail) < TAIL and (chunk := stream.read(chunk_size)):
+            tail = (tail + decoder.decode(chunk)).strip(_WS)
+        if tail:
+            yield tail[:TAIL], UNPARSED
+    elif buf[start:].strip(_WS):
+        yield buf[start:].strip(_WS), UNPARSED  # an array cut off by the end of the file
 
 
 def count_items(stream: IO[bytes]) -> int:
