@@ -159,6 +159,10 @@ def test_group_materializes_and_checks_pass(built):
     checks = result.get_asset_check_evaluations()
     assert len(checks) == 13  # 12 GX suites + the blocking train/eval overlap check
     assert {c.check_name: c.passed for c in checks}["no_train_eval_overlap"] is True
+    meta = {m.event_specific_data.materialization.asset_key.path[-1]: m.event_specific_data.materialization.metadata
+            for m in result.get_asset_materialization_events()}
+    # both simulator roles fall back to `default` here: the report says so
+    assert meta["answer_set_eval"]["simulators_same_model"].value is True
     assert all(c.passed for c in checks), [(c.check_name, c.metadata) for c in checks if not c.passed]
 
 
