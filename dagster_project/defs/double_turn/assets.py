@@ -226,7 +226,7 @@ def training_exports(context: dg.AssetExecutionContext, params: dg.ResourceParam
                                      datasets, qa_sets.filter(pl.col("use") == "eval"))
     out = write_exports(context, datasets, f"blocked: {leaks.height} evaluation leak(s)" if leaks.height else None)
     yield dg.Output(out, metadata={
-        "written": int(out["written"].sum()), "skipped_empty": out.filter(~pl.col("written"))["export"].to_list(),
+        "written": int(out["written"].sum()), "skipped_empty": out.filter(pl.col("reason").str.starts_with("empty"))["export"].to_list(),
         "rows": dg.MetadataValue.json(dict(zip(out["export"], out["rows"], strict=True))),
         "train_eval_overlap": leaks.height})
     yield dg.AssetCheckResult(check_name="no_train_eval_overlap", passed=leaks.height == 0,
