@@ -91,7 +91,7 @@ class DoubleTurnInput(Strict):
     path: str
     format: Literal["ambigqa", "nq_open", "generic"]
     split: Literal["train", "eval", "both"] = Field(
-        "both", description="train: SFT data + preference labelling; eval: answer_set_eval; both: all")
+        "both", description="train: SFT data + preference labelling; eval: answer_set_eval; both: split by eval_fraction")
     answers_are_aliases: bool = Field(False, description="nq_open: a record's answers are aliases of ONE answer")
 
 
@@ -101,12 +101,19 @@ class DoubleTurnConfig(Strict):
     inputs: list[DoubleTurnInput] = Field(default_factory=lambda: [
         DoubleTurnInput(path="data/double_turn/demo_ambigqa.json", format="ambigqa"),
         DoubleTurnInput(path="data/double_turn/demo_nq_open.jsonl", format="nq_open")])
+    eval_fraction: float = Field(0.5, gt=0.0, lt=1.0, description="share of `split: both` queries held out for "
+                                 "evaluation (seeded hash of the query id; the rest is training)")
     max_queries: int | None = Field(4, gt=0, description="per use (train / eval), half ambiguous; null = all")
     seed: int = 0
     rounds: int = Field(1, gt=0, description="Y_model sampling rounds; paper: 10")
     n_shots: int = Field(3, ge=0, description="few-shot exemplars per answerer prompt; paper: 5")
     sample_temperature: float = Field(1.0, ge=0.0, le=2.0, description="paper: T=1.0")
+    y_model_filter: Literal["query", "answers"] = Field(
+        "query", description="query: drop a query whose Y_model matches no gold answer (paper); "
+                             "answers: also keep only the model answers that match a gold answer")
     sft_min_answers: int = Field(2, ge=1, description="feasible answers needed to make a clarifying SFT example")
+    sft_answer_sets: list[Literal["human", "model"]] = Field(
+        ["human", "model"], min_length=1, description="feasible sets that make SFT data (paper: both; Table 2 ablation)")
     n_clarify_sampled: int = Field(1, ge=0, description="sampled clarifying questions besides the greedy one; paper: 5")
     clarify_temperature: float = Field(1.0, ge=0.0, le=2.0)
     n_direct_samples: int = Field(3, gt=0, description="Direct-Ans sampled; paper: 20, top-k kept")
@@ -114,6 +121,8 @@ class DoubleTurnConfig(Strict):
     final_answerer: Literal["answerer", "subject"] = Field(
         "answerer", description="who answers after the clarifying turn (paper: a separate Turn-4 model)")
     random_repeats: int = Field(200, gt=0, description="draws of the random clarify-or-answer baseline")
+    bootstrap_samples: int = Field(10_000, gt=0, description="paired bootstrap resamples for Table 1; paper: 10,000")
+    significance_alpha: float = Field(0.01, gt=0.0, lt=1.0, description="paper: p < 0.01")
     answer_max_tokens: int = Field(32, gt=0)
     generator_max_tokens: int = Field(220, gt=0)
     subject_max_tokens: int = Field(48, gt=0)

@@ -46,6 +46,7 @@ class RoleConfig(Strict):
 ROLE_NAMES = (
     "generator", "extractor", "reasoner", "user_simulator", "judge",
     "answerer", "clarifier", "assistant", "reranker",
+    "label_simulator", "eval_simulator",  # double_turn: users that label preferences / that evaluate (paper: different)
 )
 
 

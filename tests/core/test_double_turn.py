@@ -8,21 +8,53 @@ import datasets
 import polars as pl
 import pytest
 
-from dagster_project.config import DoubleTurnConfig
-from dagster_project.core.double_turn.answers import ANSWER, answer_of, feasible_answers, top_k_answers
-from dagster_project.core.double_turn.evaluation import extract_short_answer, parse_turn2, subject_reply_text, turn2_asks
-from dagster_project.core.double_turn.exports import dpo_records, sft_exports, user_simulator_sft
+from dagster_project.config import DoubleTurnConfig, LLMConfig, RoleConfig
+from dagster_project.core.double_turn.answer_set import answer_set_table
+from dagster_project.core.double_turn.answers import (
+    ANSWER,
+    ANSWER_AFTER,
+    answer_of,
+    completion_answer,
+    feasible_answers,
+    shot_pool,
+    top_k_answers,
+)
+from dagster_project.core.double_turn.evaluation import (
+    eval_interactions,
+    extract_short_answer,
+    parse_turn2,
+    subject_reply_text,
+    turn2_asks,
+)
+from dagster_project.core.double_turn.exports import (
+    dpo_records,
+    sft_exports,
+    user_simulator_sft,
+)
 from dagster_project.core.double_turn.metrics import (
     answer_set_f1,
     direct_answer_accuracy,
     exact_match,
     normalize_answer,
+    paired_bootstrap_p,
     random_decision_baseline,
 )
 from dagster_project.core.double_turn.preferences import label_pairs, prefer
-from dagster_project.core.double_turn.qa import merge_interpretations, qa_tables, read_qa_file, select_queries
+from dagster_project.core.double_turn.qa import (
+    merge_interpretations,
+    qa_tables,
+    read_qa_file,
+    select_queries,
+)
 from dagster_project.core.double_turn.sft import clarify_sft
-from dagster_project.core.double_turn.simulation import SIMULATE, leaks_answer, simulation_fields, simulation_values
+from dagster_project.core.double_turn.simulation import (
+    SIMULATE,
+    leaks_answer,
+    simulation_fields,
+    simulation_values,
+    user_simulations,
+)
+from dagster_project.core.double_turn.split import assign_use, train_eval_overlap
 from dagster_project.io.formats.ambigqa import read_ambigqa
 from dagster_project.io.formats.nq_open import read_nq_open
 from dagster_project.io.formats.qa_generic import read_generic
@@ -260,15 +292,55 @@ def test_qa_tables_reconcile_and_quarantine_duplicate_ids():
     assert per_file.row(0)[1] == per_file.row(0)[2] == 6
 
 
-def test_select_queries_is_stratified_and_seeded():
+def test_select_queries_is_stratified_seeded_and_disjoint():
     qa, _ = qa_tables([read_qa_file(DATA / "demo_ambigqa.json", "ambigqa", "both")])
+    qa = assign_use(qa, seed=3, eval_fraction=0.5)
     sel = select_queries(qa, 4, seed=3)
     train = sel.filter(pl.col("selected_train"))
     assert train.height == 4 and int(train["is_ambiguous"].sum()) == 2
     assert select_queries(qa, 4, seed=3).equals(sel)
-    assert select_queries(qa, None, seed=0)["selected_eval"].all()
+    every = select_queries(qa, None, seed=0)
+    # one query never serves training and evaluation (the old `both` selected every query for both)
+    assert not (every["selected_train"] & every["selected_eval"]).any()
+    assert (every["selected_train"] | every["selected_eval"]).all()
+    assert every.filter(pl.col("selected_eval"))["use"].to_list() == ["eval"] * int(every["selected_eval"].sum())
     only_train, _ = qa_tables([read_qa_file(DATA / "demo_ambigqa.json", "ambigqa", "train")])
-    assert not select_queries(only_train, None, 0)["selected_eval"].any()
+    assert not select_queries(assign_use(only_train, 0, 0.5), None, 0)["selected_eval"].any()
+
+
+def test_use_depends_only_on_seed_and_id():
+    qa, _ = qa_tables([read_qa_file(DATA / "demo_ambigqa.json", "ambigqa", "both")])
+    full = assign_use(qa, seed=0, eval_fraction=0.5)
+    part = assign_use(qa.tail(3), seed=0, eval_fraction=0.5)  # another file list: the same query keeps its use
+    assert full.tail(3)["use"].to_list() == part["use"].to_list()
+    assert set(full["use"]) == {"train", "eval"}
+    assert assign_use(qa, seed=0, eval_fraction=0.5).equals(full)
+
+
+def test_shot_pool_never_holds_evaluation_queries():
+    qa = pl.DataFrame({"query_id": ["t1", "e1"], "question": ["Train q?", "Eval q?"], "use": ["train", "eval"],
+                       "gold_answers": [["T"], ["E"]]})
+    assert shot_pool(qa) == [("t1", "Train q?", "T")]
+
+
+def test_overlap_check_finds_an_injected_leak():
+    ev = pl.DataFrame({"query_id": ["e1"], "question": ["Who wrote Hamlet?"]})
+    train = pl.DataFrame({"query_id": ["t1"], "question": ["Who painted the Mona Lisa?"]})
+    clean = {"clarify_sft": [{"messages": [{"role": "user", "content": "Who painted the Mona Lisa?"}]}]}
+    assert train_eval_overlap({"clarify_sft": train}, clean, ev).height == 0
+    # an evaluation query in a training table: by id or by question
+    by_id = train_eval_overlap({"t": pl.DataFrame({"query_id": ["e1"], "question": ["x?"]})}, {}, ev)
+    assert by_id["reason"].to_list() == ["evaluation query id"]
+    by_q = train_eval_overlap({"t": pl.DataFrame({"query_id": ["t9"], "question": ["who wrote hamlet"]})}, {}, ev)
+    assert by_q["eval_query_id"].to_list() == ["e1"]
+    # an evaluation question inside a rendered training prompt (DPO prompt, other wording around it)
+    leak = {"dpo": [{"prompt": [{"role": "system", "content": "S"}, {"role": "user", "content": "Who wrote Hamlet?\nAsk."}],
+                     "chosen": [], "rejected": []}]}
+    found = train_eval_overlap({"clarify_sft": train}, leak, ev)
+    assert found.rows() == [("export:dpo", "0", "e1", "evaluation question in a training example")]
+    # a longer question that merely starts like an evaluation one is not a leak
+    near = {"x": [{"messages": [{"role": "user", "content": "Who wrote Hamletmachine?"}]}]}
+    assert train_eval_overlap({}, near, ev).height == 0
 
 
 # --------------------------------------------------------------------------- answers, phi, top-k
@@ -297,15 +369,28 @@ def test_phi_and_free_text_answers():
 
 # --------------------------------------------------------------------------- TRL exports
 
-def test_trl_exports_load_with_datasets(tmp_path):
-    pairs = label_pairs(pl.DataFrame([_cand("q:c0", "clarify", 1.0), _cand("q:d", "direct", 0.5)]),
-                           "double_turn", True)
-    recs = dpo_records(pairs)
-    assert recs == [{"prompt": [{"role": "user", "content": "x?"}], "chosen": [{"role": "assistant", "content": "q:c0"}],
-                     "rejected": [{"role": "assistant", "content": "q:d"}]}]
-    path = tmp_path / "dpo.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    ds = datasets.load_dataset("json", data_files=str(path), split="train")
+def _load(tmp_path, name: str, records: list[dict]) -> datasets.Dataset:
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return datasets.load_dataset("json", data_files=str(path), split="train")
+
+
+@pytest.mark.parametrize("output", ["free_text", "json"])
+def test_dpo_exports_use_the_evaluation_prompt_and_load(tmp_path, output):
+    pairs = label_pairs(pl.DataFrame([_cand("q:c0", "clarify", 1.0), _cand("q:d", "direct", 0.5)]
+                                     ).with_columns(text=pl.Series(["Clarifying Question: Which one?", "Paris"])),
+                        "double_turn", True)
+    cfg = DoubleTurnConfig(subject_output=output)
+    asked = {a.item["system"]: list(a.request.messages)
+             for a in turn2_asks(pl.DataFrame({"query_id": ["q"], "question": ["x?"]}), cfg)}
+    recs = dpo_records(pairs, "clarify_or_direct", output)
+    # the prompt is exactly what the Clarify-or-Direct subject is sent at evaluation, system message included
+    assert recs[0]["prompt"] == asked["clarify_or_direct"] and recs[0]["prompt"][0]["role"] == "system"
+    chosen = parse_turn2(subject_reply_text("clarify_or_direct", recs[0]["chosen"][0]["content"], output))
+    rejected = parse_turn2(subject_reply_text("clarify_or_direct", recs[0]["rejected"][0]["content"], output))
+    assert (chosen["action"], chosen["clarifying_question"]) == ("clarify", "Which one?")
+    assert (rejected["action"], rejected["answer"]) == ("answer", "Paris")
+    ds = _load(tmp_path, "dpo", recs)
     assert ds.column_names == ["prompt", "chosen", "rejected"] and ds[0]["chosen"][0]["role"] == "assistant"
 
 
@@ -350,13 +435,15 @@ def test_feasible_answers_dedup_filter_and_raw_outputs():
     pool = [("q1", "x", "y"), ("q2", "Who wrote it?", "Me")]
     cfg = DoubleTurnConfig(rounds=2, n_shots=1, sample_temperature=1.0, seed=0, answer_max_tokens=16,
                            sft_min_answers=2)
-    texts = ['{"answer": "James Cameron"}', '{"answer": "the james cameron."}', "{oops", '{"answer": "Negulesco"}']
+    texts = [" James Cameron\nQuestion: next?", "the james cameron.", "\n", "Negulesco"]
     res = [ChatResult(texts=[t], model="m") for t in texts]
     chat = Replay(res)
     row = feasible_answers(chat, qa, pool, cfg).row(0, named=True)
-    # per round (seed + round): greedy then sampled
+    # per round (seed + round): greedy then sampled, each a plain few-shot completion (no JSON schema)
     assert [(r.sampling.seed, r.sampling.temperature) for r in chat.requests] == [(0, 0.0), (0, 1.0), (1, 0.0), (1, 1.0)]
-    # "the james cameron." normalises to the first answer; the broken reply is kept raw, not parsed
+    assert all(r.json_schema is None for r in chat.requests)
+    assert chat.requests[0].messages[-1]["content"] == "Question: Who wrote it?\nAnswer: Me\nQuestion: Who directed Titanic?\nAnswer:"
+    # only the first line is the answer; "the james cameron." normalises to the first; an empty one is kept raw
     assert row["y_model"] == ["James Cameron", "Negulesco"] and row["y_model_matches_gold"] == [True, False]
     # two distinct model answers, one matching gold: passes the filter and is an SFT query at min_answers=2, not 3
     assert row["model_filter_passed"] and row["filter_reason"] is None and row["sft_model"]
@@ -365,9 +452,23 @@ def test_feasible_answers_dedup_filter_and_raw_outputs():
     assert row["sample_statuses"] == ["ok", "ok", "parse_error", "ok"] and row["status"] == "ok"
     assert json.loads(row["raw_output"]) == texts == row["raw_outputs"]
     assert (row["model"], row["n_calls"]) == ("m", 4)
-    miss = [ChatResult(texts=['{"answer": "Steven Spielberg"}'], model="m")] * 4
+    miss = [ChatResult(texts=["Steven Spielberg"], model="m")] * 4
     row = feasible_answers(Replay(miss), qa, pool, cfg).row(0, named=True)
     assert not row["model_filter_passed"] and row["filter_reason"] == "no model answer matches any gold answer"
+
+
+def test_y_model_filter_answers_keeps_only_gold_matches():
+    cfg = DoubleTurnConfig(rounds=2, n_shots=0, y_model_filter="answers", sft_min_answers=1)
+    res = [ChatResult(texts=[t], model="m") for t in ("James Cameron", "Negulesco", "Jean Negulesco", "x")]
+    row = feasible_answers(Replay(res), _qa_one(), [], cfg).row(0, named=True)
+    assert row["y_model"] == ["James Cameron", "Jean Negulesco"] and row["y_model_matches_gold"] == [True, True]
+    assert row["y_model_dropped"] == ["Negulesco", "x"]
+
+
+def test_completion_answer_takes_the_first_line():
+    assert completion_answer(" Answer: Paris\nQuestion: Where?\nAnswer: Rome") == "Paris"
+    assert completion_answer("Paris Question: Where?") == "Paris"
+    assert completion_answer("\n \n") is None
 
 
 def _sft_frame(generator_reply: str, error: str | None = None) -> pl.DataFrame:
@@ -381,10 +482,11 @@ def _sft_frame(generator_reply: str, error: str | None = None) -> pl.DataFrame:
 
 def test_user_simulator_sft_matches_the_role_prompt_and_skips_leaks(tmp_path):
     three = pl.concat([
-        _sft_frame(json.dumps({"clarifying_question": "Which film, 1997 or 1953?", "reply_1": "The 1997 one.",
-                               "reply_2": "none"})),
-        _sft_frame(json.dumps({"clarifying_question": "Which film?", "reply_1": "I mean James Cameron's",
-                               "reply_2": "The older one"})).with_columns(pl.col("query_id") + "b"),
+        _sft_frame(json.dumps({"decline": False, "clarifying_question": "Which film, 1997 or 1953?",
+                               "reply_1": "The 1997 one.", "reply_2": "none"})),
+        _sft_frame(json.dumps({"decline": False, "clarifying_question": "Which film?",
+                               "reply_1": "I mean James Cameron's", "reply_2": "The older one"})
+                   ).with_columns(pl.col("query_id") + "b"),
         _sft_frame("", error="boom"),
     ])
     recs = user_simulator_sft(three)
@@ -397,8 +499,110 @@ def test_user_simulator_sft_matches_the_role_prompt_and_skips_leaks(tmp_path):
     item = {"question": "Who directed Titanic?", "clarifying_question": "Which film, 1997 or 1953?",
             "expected_answer": "Jean Negulesco"}
     assert recs[1]["messages"][:-1] == list(SIMULATE.request(simulation_values(item)).messages)
-    assert sft_exports(three)["user_simulator_sft"] == recs
-    path = tmp_path / "usim.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    ds = datasets.load_dataset("json", data_files=str(path), split="train")
+    assert sft_exports(three, "json")["user_simulator_sft"] == recs
+    ds = _load(tmp_path, "usim", recs)
     assert ds.num_rows == 3 and [m["role"] for m in ds[0]["messages"]] == ["system", "user", "assistant"]
+
+
+def test_sft_generator_may_decline_or_keep_a_subset():
+    declined = _sft_frame(json.dumps({"decline": True, "clarifying_question": "", "reply_1": "", "reply_2": ""}))
+    assert not declined["kept"].any()
+    assert declined["reason"].to_list() == ["generator declined (fewer than two answers fit)", "declined", "declined"]
+    one = _sft_frame(json.dumps({"decline": False, "clarifying_question": "Which film?", "reply_1": "The 1997 one",
+                                 "reply_2": "none"}))
+    assert one["reason"].to_list() == ["generator kept 1 answer(s), fewer than 2", "example dropped",
+                                       "no clarifying answer"]
+    no_question = _sft_frame(json.dumps({"decline": False, "clarifying_question": " ", "reply_1": "a", "reply_2": "b"}))
+    assert no_question["status"].to_list() == ["parse_error"] * 3
+    feasible = pl.DataFrame({
+        "query_id": ["q1"], "question": ["Who directed Titanic?"], "y_human": [["A", "B", "C"]],
+        "y_human_aliases": [[["A"], ["B"], ["C"]]], "y_model": [["A", "D"]], "sft_human": [True], "sft_model": [True]})
+    reply = {"decline": False, "clarifying_question": "Which film?", "reply_1": "Old", "reply_2": "none", "reply_3": "New"}
+    both = clarify_sft(Replay([ChatResult(texts=[json.dumps(reply)])] * 2), feasible, 100)
+    human = both.filter(pl.col("answer_source") == "human")
+    assert human["kept"].to_list() == [True, True, False, True]  # the subset {A, C} makes the example
+    only_model = clarify_sft(Replay([ChatResult(texts=[json.dumps(reply)])]), feasible, 100, ["model"])
+    assert set(only_model["answer_source"]) == {"model"}  # the Human-vs-Model ablation switch
+
+
+@pytest.mark.parametrize("output", ["free_text", "json"])
+def test_sft_exports_render_the_evaluation_prompts_and_load(tmp_path, output):
+    sft = _sft_frame(json.dumps({"decline": False, "clarifying_question": "Which film, 1997 or 1953?",
+                                 "reply_1": "The 1997 one.", "reply_2": "The older one"}))
+    out = sft_exports(sft, output)
+    cfg = DoubleTurnConfig(subject_output=output)
+    asked = {a.item["system"]: list(a.request.messages)
+             for a in turn2_asks(pl.DataFrame({"query_id": ["q1"], "question": ["Who directed Titanic?"]}), cfg)}
+    for name, system in (("clarify_sft", "clarify"), ("direct_answer_sft", "direct_greedy"),
+                         ("sft_dataset", "clarify_or_direct")):
+        for rec in out[name]:
+            assert rec["messages"][:-1] == asked[system], name  # same template, system message included
+            reply = parse_turn2(subject_reply_text(system, rec["messages"][-1]["content"], output))
+            assert reply["status"] == "ok", name
+    assert parse_turn2(subject_reply_text("clarify", out["clarify_sft"][0]["messages"][-1]["content"], output)
+                       )["clarifying_question"] == "Which film, 1997 or 1953?"
+    assert [m["messages"][-1]["content"] for m in out["direct_answer_sft"]] == (
+        ["James Cameron", "Jean Negulesco"] if output == "free_text"
+        else ['{"answer": "James Cameron"}', '{"answer": "Jean Negulesco"}'])
+    # the Turn-4 example is the answer_after request the answerer gets at evaluation, target parsed by its task
+    after = out["answer_after_clarify_sft"][0]["messages"]
+    item = {"question": "Who directed Titanic?", "clarifying_question": "Which film, 1997 or 1953?",
+            "reply": "The 1997 one."}
+    assert after[:-1] == list(ANSWER_AFTER.request(item).messages)
+    assert answer_of(ANSWER_AFTER.parse(after[-1]["content"])) == "James Cameron"
+    for name, recs in out.items():
+        assert recs and _load(tmp_path, name, recs).num_rows == len(recs), name
+
+
+def test_paired_bootstrap_significance():
+    assert paired_bootstrap_p([1.0] * 30, [0.0] * 30, 2000, seed=0) == 0.0
+    assert paired_bootstrap_p([0.5, 0.2], [0.5, 0.2], 100) == 1.0
+    mixed = paired_bootstrap_p([1, 0, 1, 0, 1, 0], [0, 1, 0, 1, 0, 1], 2000, seed=1)
+    assert mixed > 0.5 and mixed == paired_bootstrap_p([1, 0, 1, 0, 1, 0], [0, 1, 0, 1, 0, 1], 2000, seed=1)
+    with pytest.raises(ValueError):
+        paired_bootstrap_p([1.0], [1.0, 0.0], 10)
+
+
+def test_table1_marks_the_system_better_than_every_other():
+    rows = []
+    for i in range(40):
+        for system, f1 in (("direct_greedy", 0.0), ("direct_sampled", 0.0), ("clarify", 1.0),
+                           ("clarify_or_direct", float(i % 2))):
+            rows.append({"subject": "s", "system": system, "query_id": f"q{i}", "is_ambiguous": i % 3 == 0,
+                         "action": "clarify" if system.startswith("clarify") else "answer", "turns": 1,
+                         "f1": f1, "status": "ok"})
+    table = answer_set_table(pl.DataFrame(rows), repeats=5, seed=0, bootstrap_samples=2000, alpha=0.01)
+    sig = dict(zip(table["system"], table["significant"], strict=True))
+    assert sig == {"direct_greedy": False, "direct_sampled": False, "clarify": True, "clarify_or_direct": True,
+                   "random_baseline": None}
+    assert json.loads(table.filter(pl.col("system") == "direct_greedy")["p_values"].item())["direct_sampled"] == 1.0
+
+
+class ByRole:
+    """A chat callable that answers every request of a role with one text and records the roles asked."""
+
+    def __init__(self, texts: dict[str, str]):
+        self.texts, self.roles = texts, []
+
+    def __call__(self, role: str, requests: list[ChatRequest]) -> list[ChatResult]:
+        self.roles.append(role)
+        key = "subject" if role.startswith("subject:") else role
+        return [ChatResult(texts=[self.texts[key]] * r.sampling.n, model=role) for r in requests]
+
+
+def test_labels_and_evaluation_use_two_simulator_roles():
+    cfg = DoubleTurnConfig(subject_output="free_text", n_direct_samples=1)
+    qa = _qa_one()
+    chat = ByRole({"subject": "Clarifying Question: Which film?", "eval_simulator": '{"reply": "The old one"}',
+                   "answerer": '{"answer": "Jean Negulesco"}', "label_simulator": '{"reply": "The new one"}'})
+    out = eval_interactions(chat, qa, qa, ["s"], cfg)
+    assert "eval_simulator" in chat.roles and "label_simulator" not in chat.roles
+    assert out.filter(pl.col("system") == "clarify")["user_replies"].item().to_list() == ["The old one"] * 2
+    cands = pl.DataFrame({"candidate_id": ["q1:c0"], "query_id": ["q1"], "kind": ["clarify"], "in_pairs": [True],
+                          "clarifying_question": ["Which film?"]})
+    label = ByRole({"label_simulator": '{"reply": "The new one"}'})
+    assert user_simulations(label, cands, qa)["reply"].to_list() == ["The new one"] * 2
+    assert label.roles == ["label_simulator"]
+    roles = LLMConfig(roles={"default": RoleConfig(), "label_simulator": RoleConfig(model="small.gguf"),
+                             "eval_simulator": RoleConfig(model="big.gguf")})
+    assert roles.role("eval_simulator").model == "big.gguf"

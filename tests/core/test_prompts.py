@@ -40,6 +40,7 @@ VALUES = {
     "judge_pairwise": dict(dialogue="User: Q?", reference="REF?", first="FIRST?", second="SECOND?"),
     # double_turn group (core/double_turn.py)
     "double_turn_answer": dict(examples="Question: A?\nAnswer: B", question="Q?"),
+    "double_turn_answer_base": dict(examples="Question: A?\nAnswer: B", question="Q?"),
     "double_turn_sft": dict(question="Q?", answer_list="1. Y1\n2. Y2", reply_fields='"reply_1", "reply_2"'),
     "double_turn_clarify": dict(question="Q?"),
     "double_turn_user": dict(question="Q?", expected_answer="Y1", clarifying_question="CQ?"),

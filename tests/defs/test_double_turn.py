@@ -1,10 +1,11 @@
 """The double_turn group end to end with a scripted LLM whose every answer is known, so every number is hand-checked.
 
-The scripted world (3 queries):
+The scripted world (3 training queries):
   q1 "Who directed Titanic?"          ambiguous: James Cameron (1997 film) / Jean Negulesco (1953 film)
   q2 "Who wrote Frankenstein?"        one answer: Mary Shelley
   q3 "what is the capital of canada"  one answer: Ottawa (from the NQ-Open file)
-plus one broken AmbigQA record and one broken NQ-Open line (quarantined).
+plus one broken AmbigQA record and one broken NQ-Open line (quarantined). The evaluation files hold e1-e3,
+the same questions followed by a suffix (other queries, answered the same way by the scripted world).
 """
 
 import json
@@ -23,11 +24,12 @@ from dagster_project.lib.warehouse import WarehouseIOManager
 
 Q1, Q2, Q3 = "Who directed Titanic?", "Who wrote Frankenstein?", "what is the capital of canada"
 GOOD_CQ = "Which film, the 1997 one or the 1953 one?"
+EVAL_SUFFIX = " Asked in the evaluation set."
 
 
 def _target(content: str) -> str:
     """Which of the three questions a prompt is about (few-shot prompts: the last 'Question:')."""
-    if "Now answer this question" in content:
+    if "Now answer this question" in content or _completion(content):
         content = content.rsplit("Question:", 1)[1]
     for q in (Q1, Q2, Q3):
         if q in content:
@@ -35,11 +37,19 @@ def _target(content: str) -> str:
     raise AssertionError(f"unknown prompt: {content[:200]}")
 
 
+def _completion(content: str) -> bool:
+    return content.rstrip().endswith("Answer:")
+
+
 def world(job, idx: int) -> str:
     content = job.messages[-1]["content"]
     props = (job.json_schema or {}).get("properties", {})
     q = _target(content)
     sampled = job.sampling["temperature"] > 0
+    if _completion(content):  # Y_model: few-shot base completion, the same answers in plain text
+        if q == Q1:
+            return ("Jean Negulesco" if idx % 2 == 0 else "James Cameron") if sampled else "James Cameron"
+        return {Q2: "Mary Shelley", Q3: "Ottawa"}[q] + "\nQuestion: another?"
     if "Now answer this question" in content:  # few-shot answerer: gold, but q1's samples alternate
         if q == Q1:
             return json.dumps({"answer": ("Jean Negulesco" if idx % 2 == 0 else "James Cameron") if sampled
@@ -51,7 +61,7 @@ def world(job, idx: int) -> str:
             if "novel" in reply else "no idea"
         return json.dumps({"answer": ans})
     if "reply_1" in props:  # SFT generator
-        return json.dumps({"clarifying_question": "Which Titanic film?", "reply_1": "The 1997 one",
+        return json.dumps({"decline": False, "clarifying_question": "Which Titanic film?", "reply_1": "The 1997 one",
                            "reply_2": "The one by Jean Negulesco"})
     if "clarifying_question" in props:  # clarifier: q1 greedy good, sampled useless; q2/q3 duplicates
         cq = {Q1: "Do you mean the movie?" if sampled else GOOD_CQ, Q2: "Do you mean the novel?",
@@ -90,6 +100,10 @@ def _write_inputs(tmp_path):
     ]
     (tmp_path / "ambig.json").write_text(json.dumps(ambig))
     (tmp_path / "nq.jsonl").write_text(json.dumps({"id": "q3", "question": Q3, "answer": ["Ottawa"]}) + "\n{oops\n")
+    held_out = [{**r, "id": "e" + r["id"][1:], "question": r["question"] + EVAL_SUFFIX} for r in ambig[:2]]
+    (tmp_path / "ambig_eval.json").write_text(json.dumps(held_out))
+    (tmp_path / "nq_eval.jsonl").write_text(json.dumps({"id": "e3", "question": Q3 + EVAL_SUFFIX,
+                                                        "answer": ["Ottawa"]}) + "\n")
 
 
 def _params(tmp_path, **overrides) -> str:
@@ -97,7 +111,10 @@ def _params(tmp_path, **overrides) -> str:
         "llm": {"cache_path": str(tmp_path / "cache.sqlite")},
         "quality": {"max_error_rate": 0.2},
         "double_turn": {
-            "inputs": [{"path": "ambig.json", "format": "ambigqa"}, {"path": "nq.jsonl", "format": "nq_open"}],
+            "inputs": [{"path": "ambig.json", "format": "ambigqa", "split": "train"},
+                       {"path": "nq.jsonl", "format": "nq_open", "split": "train"},
+                       {"path": "ambig_eval.json", "format": "ambigqa", "split": "eval"},
+                       {"path": "nq_eval.jsonl", "format": "nq_open", "split": "eval"}],
             "max_queries": None, "rounds": 1, "n_shots": 2, "n_clarify_sampled": 1, "n_direct_samples": 3,
             "random_repeats": 50, **overrides,
         },
@@ -140,16 +157,24 @@ def test_group_materializes_and_checks_pass(built):
     tmp_path, result = built
     assert result.success
     checks = result.get_asset_check_evaluations()
-    assert len(checks) == 11
+    assert len(checks) == 13  # 12 GX suites + the blocking train/eval overlap check
+    assert {c.check_name: c.passed for c in checks}["no_train_eval_overlap"] is True
+    meta = {m.event_specific_data.materialization.asset_key.path[-1]: m.event_specific_data.materialization.metadata
+            for m in result.get_asset_materialization_events()}
+    # both simulator roles fall back to `default` here: the report says so
+    assert meta["answer_set_eval"]["simulators_same_model"].value is True
     assert all(c.passed for c in checks), [(c.check_name, c.metadata) for c in checks if not c.passed]
 
 
 def test_import_and_quarantine(built):
     tmp_path, _ = built
     qa = _read(tmp_path, "qa_sets").sort("query_id")
-    assert qa["query_id"].to_list() == ["q1", "q2", "q3"]
-    assert qa["n_interpretations"].to_list() == [2, 1, 1]  # q1's singleAnswer merges into the Cameron reading
-    assert qa["is_ambiguous"].to_list() == [True, False, False]
+    assert qa["query_id"].to_list() == ["e1", "e2", "e3", "q1", "q2", "q3"]
+    assert qa["n_interpretations"].to_list() == [2, 1, 1] * 2  # q1's singleAnswer merges into the Cameron reading
+    assert qa["is_ambiguous"].to_list() == [True, False, False] * 2
+    assert qa["use"].to_list() == ["eval"] * 3 + ["train"] * 3
+    assert qa["selected_eval"].to_list() == [True] * 3 + [False] * 3
+    assert qa["selected_train"].to_list() == [False] * 3 + [True] * 3
     rej = _read(tmp_path, "qa_sets_rejected").sort("file")
     assert rej.columns == ["file", "record", "field", "reason", "raw"]  # the io.records Quarantine
     # the third AmbigQA record (1-based, as every io.records record) and the second NQ-Open line
@@ -171,12 +196,16 @@ def test_feasible_answers_and_sft(built):
     ex = tmp_path / "assets/double_turn/exports"
     clar = datasets.load_dataset("json", data_files=str(ex / "clarify_sft.jsonl"), split="train")
     assert clar.num_rows == 2
-    assert clar[0]["messages"] == [{"role": "user", "content": Q1},
-                                   {"role": "assistant", "content": "Clarifying Question: Which Titanic film?"}]
+    # the Clarify subject's evaluation prompt (system message included) and, with subject_output free_text,
+    # the paper's protocol as the target
+    assert [m["role"] for m in clar[0]["messages"]] == ["system", "user", "assistant"]
+    assert clar[0]["messages"][1]["content"].startswith(Q1 + "\nDo not answer yet")
+    assert clar[0]["messages"][2]["content"] == "Clarifying Question: Which Titanic film?"
     after = datasets.load_dataset("json", data_files=str(ex / "answer_after_clarify_sft.jsonl"), split="train")
-    assert [m["content"] for m in after[0]["messages"]][2:] == ["The 1997 one", "James Cameron"]
+    assert "They replied: \"The 1997 one\"" in after[0]["messages"][1]["content"]
+    assert after[0]["messages"][2]["content"] == '{"answer": "James Cameron"}'
     sft_all = datasets.load_dataset("json", data_files=str(ex / "sft_dataset.jsonl"), split="train")
-    assert sft_all.num_rows == 2 + 2  # clarify examples + distinct (x, y_i) direct examples
+    assert sft_all.num_rows == 2 + 1  # clarify examples + distinct kept (x, y_i) direct examples
 
 
 def test_candidates_simulations_outcomes(built):
@@ -213,10 +242,44 @@ def test_preference_pairs_and_dpo_export(built):
     dpo = datasets.load_dataset("json", data_files=str(ex / "dpo_dataset.jsonl"), split="train")
     assert dpo.num_rows == 5 and set(dpo.column_names) == {"prompt", "chosen", "rejected"}
     first = dpo[0]
-    assert first["prompt"] == [{"role": "user", "content": Q1}]
+    assert first["prompt"][0]["role"] == "system" and first["prompt"][1]["content"].startswith(Q1 + "\nIf the question")
     assert first["chosen"] == [{"role": "assistant", "content": f"Clarifying Question: {GOOD_CQ}"}]
     only = datasets.load_dataset("json", data_files=str(ex / "dpo_dataset_clarify_only.jsonl"), split="train")
     assert only.num_rows == 1
+
+
+def test_empty_exports_are_skipped_and_every_export_loads(built):
+    tmp_path, result = built
+    manifest = _read(tmp_path, "training_exports")
+    skipped = manifest.filter(~pl.col("written"))
+    # single-turn labels tie q1's two clarifying questions: no clarify-vs-clarify pair, so no file at all
+    assert skipped.select("export", "rows", "reason").rows() == [("dpo_single_turn_clarify_only", 0,
+                                                                  "empty: no kept rows")]
+    ex = tmp_path / "assets/double_turn/exports"
+    assert sorted(p.stem for p in ex.glob("*.jsonl")) == sorted(manifest.filter(pl.col("written"))["export"])
+    for row in manifest.filter(pl.col("written")).iter_rows(named=True):
+        path = str(tmp_path / row["path"])
+        assert datasets.load_dataset("json", data_files=path, split="train").num_rows == row["rows"] > 0
+    meta = next(m.event_specific_data.materialization.metadata for m in result.get_asset_materialization_events()
+                if m.event_specific_data.materialization.asset_key.path[-1] == "training_exports")
+    assert meta["skipped_empty"].value == ["dpo_single_turn_clarify_only"]
+
+
+def test_overlap_check_blocks_an_injected_leak(tmp_path, monkeypatch):
+    """An evaluation question smuggled into a training export fails the blocking check; nothing is written."""
+    real = double_turn.exports.sft_exports
+
+    def leaky(sft, output):
+        out = real(sft, output)
+        out["clarify_sft"].append({"messages": [{"role": "user", "content": Q2 + EVAL_SUFFIX}]})
+        return out
+
+    monkeypatch.setattr(double_turn.exports, "sft_exports", leaky)
+    result = _run(tmp_path, monkeypatch)
+    check = {c.check_name: c for c in result.get_asset_check_evaluations()}["no_train_eval_overlap"]
+    assert check.passed is False and check.metadata["leaks"].value == 1
+    assert not list((tmp_path / "assets/double_turn/exports").glob("*.jsonl"))
+    assert set(_read(tmp_path, "training_exports")["reason"]) == {"blocked: 1 evaluation leak(s)"}
 
 
 def test_answer_set_eval_table(built):
@@ -224,10 +287,10 @@ def test_answer_set_eval_table(built):
     ev = _read(tmp_path, "eval_interactions")
     f1 = {(r["system"], r["query_id"]): r["f1"] for r in ev.iter_rows(named=True)}
     raw = {(r["system"], r["query_id"]): r["raw_output"] for r in ev.iter_rows(named=True)}
-    assert raw[("clarify", "q1")] == f"Clarifying Question: {GOOD_CQ}" and raw[("direct_greedy", "q2")] == "Mary Shelley"
-    assert f1[("direct_greedy", "q1")] == pytest.approx(2 / 3)  # one of two answers: P=1, R=1/2
-    assert f1[("direct_sampled", "q1")] == 1.0  # top-2 of the samples covers both readings
-    assert f1[("clarify", "q1")] == 1.0 and f1[("clarify", "q3")] == 0.0  # q3's user leaked -> abstain
+    assert raw[("clarify", "e1")] == f"Clarifying Question: {GOOD_CQ}" and raw[("direct_greedy", "e2")] == "Mary Shelley"
+    assert f1[("direct_greedy", "e1")] == pytest.approx(2 / 3)  # one of two answers: P=1, R=1/2
+    assert f1[("direct_sampled", "e1")] == 1.0  # top-2 of the samples covers both readings
+    assert f1[("clarify", "e1")] == 1.0 and f1[("clarify", "e3")] == 0.0  # e3's user leaked -> abstain
     t = {r["system"]: r for r in _read(tmp_path, "answer_set_eval").iter_rows(named=True)}
     assert t["direct_greedy"]["f1_total"] == pytest.approx(8 / 9)
     assert t["direct_greedy"]["f1_ambiguous"] == pytest.approx(2 / 3)

@@ -46,6 +46,20 @@ def _usable(value: Answer, _item: Any) -> str | None:
 
 
 ANSWER = LLMTask("double_turn_answer", role="answerer", reply=Answer, check=_usable)
+
+
+def completion_answer(text: str | None) -> str | None:
+    """The answer a few-shot completion wrote: its first line, without an "Answer:" lead; None if empty."""
+    line = next((ln for ln in (text or "").strip().splitlines() if ln.strip()), "")
+    return clean_answer(line.split("Question:", 1)[0]) or None
+
+
+def _completed(value: str, _item: Any) -> str | None:
+    return None if completion_answer(value) else "empty completion"
+
+
+# Y_model (§4): a base model continues a few-shot "Question: / Answer:" text; free text, no schema.
+BASE_ANSWER = LLMTask("double_turn_answer_base", role="answerer", check=_completed)
 ANSWER_AFTER = LLMTask("double_turn_answer_after", role="answerer", reply=Answer, check=_usable,
                        sampling={"temperature": 0.0})
 
@@ -90,8 +104,10 @@ def top_k_answers(answers: list[str | None], k: int) -> list[str]:
 # --------------------------------------------------------------------------- few-shot answers
 
 def shot_pool(qa: pl.DataFrame) -> list[tuple[str, str, str]]:
-    """(query_id, question, first gold answer) for every imported query: the few-shot exemplars."""
-    return [(r["query_id"], r["question"], r["gold_answers"][0]) for r in qa.iter_rows(named=True)]
+    """(query_id, question, first gold answer) of every training query: the few-shot exemplars. Evaluation
+    queries never enter a prompt that builds training data (their gold answers would leak)."""
+    return [(r["query_id"], r["question"], r["gold_answers"][0])
+            for r in qa.filter(pl.col("use") == "train").iter_rows(named=True)]
 
 
 def pick_shots(pool: list[tuple[str, str, str]], query_id: str, n: int, seed: int, round_: int) -> str:
@@ -125,31 +141,39 @@ def feasible_answer_items(queries: pl.DataFrame, pool: list[tuple[str, str, str]
 FEASIBLE_SCHEMA = {
     "query_id": pl.Utf8, "question": pl.Utf8, "is_ambiguous": pl.Boolean, "y_human": pl.List(pl.Utf8),
     "y_human_aliases": pl.List(pl.List(pl.Utf8)), "y_model": pl.List(pl.Utf8),
-    "y_model_matches_gold": pl.List(pl.Boolean), "n_model_answers": pl.Int64, "model_filter_passed": pl.Boolean,
+    "y_model_matches_gold": pl.List(pl.Boolean), "y_model_dropped": pl.List(pl.Utf8), "n_model_answers": pl.Int64, "model_filter_passed": pl.Boolean,
     "filter_reason": pl.Utf8, "sft_human": pl.Boolean, "sft_model": pl.Boolean, "n_calls": pl.Int64,
     "sample_statuses": pl.List(pl.Utf8), "raw_outputs": pl.List(pl.Utf8), **PROVENANCE_SCHEMA}
 
 
 def feasible_answers(chat: Chat, queries: pl.DataFrame, pool: list[tuple[str, str, str]],
                      cfg: DoubleTurnConfig) -> pl.DataFrame:
-    """One row per query: Y_human, Y_model (normalised dedup of all rounds) and the NQ-style filter.
+    """One row per query: Y_human, Y_model (normalised dedup of all rounds of the base few-shot completion)
+    and the NQ-style filter.
 
     ``model_filter_passed`` is false when no model answer matches any gold alias (the paper drops such
-    queries from the Y_model SFT set; here they stay, with ``filter_reason``). Every answerer reply is
+    queries from the Y_model SFT set; here they stay, with ``filter_reason``). With ``y_model_filter:
+    answers`` only the matching model answers are kept in ``y_model`` (the others stay in
+    ``y_model_dropped``). Every answerer reply is
     kept: ``raw_outputs`` (a list, in call order) and ``raw_output`` (the same list as one JSON string).
     ``sft_human`` / ``sft_model`` say which feasible set is used for SFT data (ambiguous / at least
     ``sft_min_answers`` answers).
     """
-    out = ANSWER.run(chat, feasible_answer_items(queries, pool, cfg), few_shot_values, lambda it: it["sampling"])
-    by_query: dict[str, list[Outcome[Any, Answer]]] = {}
+    out = BASE_ANSWER.run(chat, feasible_answer_items(queries, pool, cfg), few_shot_values,
+                          lambda it: it["sampling"])
+    by_query: dict[str, list[Outcome[Any, str]]] = {}
     for o in out:
         by_query.setdefault(o.item["query_id"], []).append(o)
     rows = []
     for q in queries.iter_rows(named=True):
         calls = by_query.get(q["query_id"], [])
-        y_model = dedup_answers([answer_of(o) for o in calls])
+        y_model = dedup_answers([completion_answer(o.value) if o.ok else None for o in calls])
         matched = [any(exact_match(a, aliases) for aliases in q["answers"]) for a in y_model]
         passed = any(matched)
+        dropped: list[str] = []
+        if cfg.y_model_filter == "answers":
+            dropped = [a for a, m in zip(y_model, matched, strict=True) if not m]
+            y_model, matched = [a for a in y_model if a not in dropped], [True] * (len(y_model) - len(dropped))
         statuses = [o.status.value for o in calls]
         status = Status.OK.value if Status.OK.value in statuses else (statuses[0] if statuses
                                                                       else Status.LLM_ERROR.value)
@@ -158,7 +182,8 @@ def feasible_answers(chat: Chat, queries: pl.DataFrame, pool: list[tuple[str, st
         rows.append({
             "query_id": q["query_id"], "question": q["question"], "is_ambiguous": q["is_ambiguous"],
             "y_human": q["gold_answers"], "y_human_aliases": q["answers"],
-            "y_model": y_model, "y_model_matches_gold": matched, "n_model_answers": len(y_model),
+            "y_model": y_model, "y_model_matches_gold": matched, "y_model_dropped": dropped,
+            "n_model_answers": len(y_model),
             "model_filter_passed": passed,
             "filter_reason": None if passed else "no model answer matches any gold answer",
             "sft_human": bool(q["is_ambiguous"] and q["n_interpretations"] >= cfg.sft_min_answers),

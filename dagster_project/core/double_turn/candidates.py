@@ -104,8 +104,8 @@ def candidate_responses(chat: Chat, queries: pl.DataFrame, pool: list[tuple[str,
     the Direct-Ans sampled pool (s0..; ``in_topk`` marks the top-k most frequent, k = number of gold answers).
 
     ``in_pairs`` says whether a candidate enters the preference pairs; otherwise ``reason`` says why
-    (unusable reply, duplicate question, or sampled-pool member). The direct-answer requests repeat
-    feasible_answers' round-0 prompt, so the LLM cache serves them.
+    (unusable reply, duplicate question, or sampled-pool member). The direct answers use the answerer's
+    few-shot chat prompt (shots from training queries only, see answers.shot_pool).
     """
     clarify = CLARIFY.run(
         chat, _items(queries, cfg.n_clarify_sampled, {"temperature": cfg.clarify_temperature, "seed": cfg.seed},

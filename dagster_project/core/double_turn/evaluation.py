@@ -24,7 +24,11 @@ from dagster_project.core.double_turn.answers import (
 )
 from dagster_project.core.double_turn.candidates import Clarification
 from dagster_project.core.double_turn.metrics import answer_set_f1
-from dagster_project.core.double_turn.simulation import simulate, simulation_fields
+from dagster_project.core.double_turn.simulation import (
+    EVAL_SIMULATE,
+    simulate,
+    simulation_fields,
+)
 from dagster_project.llm.protocol import parse_decision
 from dagster_project.llm.task import (
     PROVENANCE_SCHEMA,
@@ -259,7 +263,7 @@ def eval_interactions(chat: Chat, qa: pl.DataFrame, queries: pl.DataFrame, subje
     for s in subjects:
         answers = ask_all(chat, f"subject:{s}", turn2_asks(queries, cfg))
         episodes += turn2_episodes(qa, s, [a.outcomes for a in answers], cfg.subject_output)
-    users = [o.item | simulation_fields(o) for o in simulate(chat, episode_user_items(episodes))]
+    users = [o.item | simulation_fields(o) for o in simulate(chat, episode_user_items(episodes), EVAL_SIMULATE)]
     answering = [u for u in users if not u["abstained"]]
     finals: Finals = {}
     for role in sorted({final_role(cfg.final_answerer, u["subject"]) for u in answering}):

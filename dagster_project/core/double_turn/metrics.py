@@ -104,3 +104,24 @@ def random_decision_baseline(f1_direct: Sequence[float], f1_clarify: Sequence[fl
     per_query /= repeats
     return {"f1": float(per_query.mean()), "da_accuracy": float(np.mean(accs)), "da_rate": m / n,
             "repeats": repeats, "per_query_f1": per_query.tolist()}
+
+
+def paired_bootstrap_p(a: Sequence[float], b: Sequence[float], samples: int, seed: int = 0,
+                       chunk: int = 1000) -> float:
+    """Two-sided p-value of mean(a) != mean(b) over the same queries (paired bootstrap, Koehn 2004): resample
+    queries with replacement ``samples`` times; p = 2 x the share of resamples whose mean difference falls on
+    the other side of zero (at most 1). Identical scores give 1."""
+    d = np.asarray(a, float) - np.asarray(b, float)
+    if len(d) == 0 or len(a) != len(b):
+        raise ValueError("two non-empty score lists of equal length are needed")
+    if samples < 1:
+        raise ValueError("samples must be >= 1")
+    if not d.any():
+        return 1.0
+    rng = np.random.default_rng(seed)
+    below = above = 0
+    for start in range(0, samples, chunk):
+        means = d[rng.integers(0, len(d), size=(min(chunk, samples - start), len(d)))].mean(axis=1)
+        below += int((means <= 0).sum())
+        above += int((means >= 0).sum())
+    return min(1.0, 2 * min(below, above) / samples)

@@ -1,5 +1,5 @@
-"""Query sets (§4 Data): QA files -> one row per query with its readings y_1..y_k, and the queries each use
-(train / eval) selects.
+"""Query sets (§4 Data): QA files -> one row per query with its readings y_1..y_k, its use (train / eval,
+disjoint) and the queries each use selects.
 
 One *interpretation* (reading) = one expected answer with its aliases and, when the data gives one, the
 disambiguated question. A file's items that share a normalised alias are one reading (union-find).
@@ -16,6 +16,7 @@ import polars as pl
 
 from dagster_project.config import DoubleTurnConfig, DoubleTurnInput
 from dagster_project.core.double_turn.metrics import normalize_answer
+from dagster_project.core.double_turn.split import USES, assign_use
 from dagster_project.io.formats.ambigqa import read_ambigqa
 from dagster_project.io.formats.nq_open import read_nq_open
 from dagster_project.io.formats.qa_generic import Item, QARecord, read_generic
@@ -137,14 +138,15 @@ def qa_tables(files: list[QAFile]) -> tuple[pl.DataFrame, Quarantine]:
 
 
 def select_queries(qa: pl.DataFrame, max_queries: int | None, seed: int) -> pl.DataFrame:
-    """Add ``selected_train`` / ``selected_eval``: up to max_queries per use, half ambiguous where possible.
+    """Add ``selected_train`` / ``selected_eval``: up to max_queries of each use, half ambiguous where possible.
 
-    Selection is a seeded shuffle within the ambiguous and unambiguous strata, so a small demo sees
-    both kinds of question. ``None`` selects everything.
+    Each use draws only from its own queries (``use``, see split.assign_use), so the two selections are
+    disjoint. Selection is a seeded shuffle within the ambiguous and unambiguous strata, so a small demo
+    sees both kinds of question. ``None`` selects every query of the use.
     """
     out = qa
-    for use, splits in (("train", ("train", "both")), ("eval", ("eval", "both"))):
-        pool = qa.filter(pl.col("split").is_in(splits))
+    for use in USES:
+        pool = qa.filter(pl.col("use") == use)
         if max_queries is None:
             chosen = set(pool["query_id"])
         else:
@@ -164,6 +166,7 @@ def import_qa_sets(cfg: DoubleTurnConfig) -> tuple[pl.DataFrame, Quarantine, lis
     """qa_sets (with the selection of each use), its quarantine, and the files read."""
     files = read_inputs(cfg.inputs)
     qa, rejected = qa_tables(files)
+    qa = assign_use(qa, cfg.seed, cfg.eval_fraction)
     return select_queries(qa, cfg.max_queries, cfg.seed), rejected, files
 
 

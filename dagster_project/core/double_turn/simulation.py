@@ -6,6 +6,7 @@ so does a "none"-like reply. The reply is kept for inspection.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Annotated, Any
 
@@ -46,8 +47,11 @@ def _reply_problem(value: SimulatedReply, _item: Any) -> str | None:
     return None if value.reply.strip() else "field 'reply' is empty"
 
 
-SIMULATE = LLMTask("double_turn_user", role="user_simulator", reply=SimulatedReply, check=_reply_problem,
+# The paper labels preferences with one simulator (a trained model) and evaluates with another (GPT-4), so a
+# policy cannot overfit its judge: two roles, one prompt.
+SIMULATE = LLMTask("double_turn_user", role="label_simulator", reply=SimulatedReply, check=_reply_problem,
                    sampling={"temperature": 0.0, "max_tokens": 80})
+EVAL_SIMULATE = dataclasses.replace(SIMULATE, role="eval_simulator")
 
 
 def simulation_values(item: dict[str, Any]) -> dict[str, str]:
@@ -56,9 +60,10 @@ def simulation_values(item: dict[str, Any]) -> dict[str, str]:
             "expected_answer": item["expected_answer"]}
 
 
-def simulate(chat: Chat, items: list[dict[str, Any]]) -> list[Outcome[dict[str, Any], SimulatedReply]]:
-    """One user_simulator call per item, one outcome per item (in order)."""
-    return SIMULATE.run(chat, items, simulation_values)
+def simulate(chat: Chat, items: list[dict[str, Any]],
+             task: LLMTask[SimulatedReply] = SIMULATE) -> list[Outcome[dict[str, Any], SimulatedReply]]:
+    """One simulator call per item (label_simulator unless ``task`` says otherwise), one outcome per item."""
+    return task.run(chat, items, simulation_values)
 
 
 def _spaced(text: str | None) -> str:

@@ -1,10 +1,11 @@
 """Group `double_turn`: double-turn preference labelling and answer-set F1 evaluation (Zhang, Knox & Choi).
 
-qa_sets (+ qa_sets_rejected) -> feasible_answers -> clarify_sft
-qa_sets -> candidate_responses -> user_simulations -> double_turn_outcomes -> preference_pairs
+qa_sets (+ qa_sets_rejected) -> feasible_answers -> clarify_sft ------------------------\
+qa_sets -> candidate_responses -> user_simulations -> double_turn_outcomes -> preference_pairs -> training_exports
                                -> single_turn_scores -----------------------/
 qa_sets -> eval_interactions -> answer_set_eval
-TRL-ready JSONL exports are written next to the Parquet files, under assets/double_turn/exports/.
+qa_sets has a disjoint `use` (train / eval); training_exports writes the TRL-ready JSONL files under
+assets/double_turn/exports/ after a blocking check that no evaluation query reached them.
 """
 
 from pathlib import Path
@@ -24,6 +25,7 @@ from dagster_project.core.double_turn import (
     qa,
     sft,
     simulation,
+    split,
 )
 from dagster_project.core.shared.tables import markdown_table
 from dagster_project.io.writers import write_jsonl_atomic
@@ -40,12 +42,31 @@ def export_dir() -> Path:
     return Path(ASSETS_DIR) / GROUP / "exports"
 
 
-def write_exports(datasets: dict[str, list[dict[str, Any]]]) -> dg.MetadataValue:
-    """Each dataset as assets/double_turn/exports/<name>.jsonl (atomic); their paths for metadata."""
-    paths = {name: export_dir() / f"{name}.jsonl" for name in datasets}
+EXPORTS_SCHEMA = {"export": pl.Utf8, "path": pl.Utf8, "rows": pl.Int64, "written": pl.Boolean, "reason": pl.Utf8}
+
+
+def write_exports(context: dg.AssetExecutionContext, datasets: dict[str, list[dict[str, Any]]],
+                  blocked: str | None) -> pl.DataFrame:
+    """Each non-empty dataset as assets/double_turn/exports/<name>.jsonl (atomic). An empty one is not written
+    (a stale file of an earlier run is removed) and a warning names it; with ``blocked`` nothing is written.
+    One row per dataset says which."""
+    rows = []
     for name, records in datasets.items():
-        write_jsonl_atomic(records, paths[name])
-    return dg.MetadataValue.json({n: str(p) for n, p in paths.items()})
+        path = export_dir() / f"{name}.jsonl"
+        reason = blocked or (None if records else "empty: no kept rows")
+        if reason is None:
+            write_jsonl_atomic(records, path)
+        else:
+            path.unlink(missing_ok=True)
+            context.log.warning(f"double_turn export {name} not written ({reason})")
+        rows.append({"export": name, "path": str(path), "rows": len(records), "written": reason is None,
+                     "reason": reason})
+    return pl.DataFrame(rows, schema=EXPORTS_SCHEMA)
+
+
+def simulators_same_model(params: Params) -> bool:
+    """True when label_simulator and eval_simulator resolve to the same model (as in the demo)."""
+    return params.llm.role("label_simulator").identity() == params.llm.role("eval_simulator").identity()
 
 
 def usage(chat: LLMSession, n_queries: int) -> dict[str, Any]:
@@ -62,10 +83,12 @@ def usage(chat: LLMSession, n_queries: int) -> dict[str, Any]:
                                           description="Quarantined input records (io.records Quarantine).")},
 )
 def qa_sets(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params]):
-    """Import every file in double_turn.inputs; mark the queries each use (train / eval) selects."""
+    """Import every file in double_turn.inputs; give each query one use (train / eval, disjoint: `split: both`
+    files by a seeded hash of the id) and mark the queries each use selects."""
     table, rejected, files = qa.import_qa_sets(params.double_turn)
     meta = {"records_read": sum(f.n_read for f in files), "queries": table.height, "rejected": len(rejected),
-            "ambiguous": int(table["is_ambiguous"].sum()), "selected_train": int(table["selected_train"].sum()),
+            "ambiguous": int(table["is_ambiguous"].sum()), "use_train": int((table["use"] == "train").sum()),
+            "use_eval": int((table["use"] == "eval").sum()), "selected_train": int(table["selected_train"].sum()),
             "selected_eval": int(table["selected_eval"].sum())}
     context.log.info(f"double_turn inputs: {meta}")
     yield dg.Output(table, output_name="qa_sets", metadata=meta)
@@ -77,13 +100,15 @@ def qa_sets(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params])
 @asset(ins=upstream("double_turn/qa_sets"))
 def feasible_answers(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                      llm: dg.ResourceParam[LLMResource], qa_sets: pl.DataFrame) -> pl.DataFrame:
-    """Y_human from the annotations and Y_model from few-shot answerer samples (greedy + T=1.0 per round)."""
+    """Y_human from the annotations and Y_model from a few-shot base completion of the answerer (greedy + T=1.0
+    per round, shots from training queries only)."""
     chat = llm.session(context)
-    out = answers.feasible_answers(chat, qa.selected(qa_sets, "train"), answers.shot_pool(qa_sets),
-                                   params.double_turn)
+    cfg = params.double_turn
+    out = answers.feasible_answers(chat, qa.selected(qa_sets, "train"), answers.shot_pool(qa_sets), cfg)
     context.add_output_metadata({
         **usage(chat, out.height), "queries": out.height, **status_counts(out),
-        "model_filter_passed": int(out["model_filter_passed"].sum()),
+        "model_filter_passed": int(out["model_filter_passed"].sum()), "y_model_filter": cfg.y_model_filter,
+        "y_model_dropped": int(out["y_model_dropped"].list.len().sum() or 0),
         "filtered_no_gold_match": int((~out["model_filter_passed"]).sum()),
         "mean_model_answers": round(float(out["n_model_answers"].mean() or 0), 2),
     })
@@ -93,16 +118,18 @@ def feasible_answers(context: dg.AssetExecutionContext, params: dg.ResourceParam
 @asset(ins=upstream("double_turn/feasible_answers"))
 def clarify_sft(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                 llm: dg.ResourceParam[LLMResource], feasible_answers: pl.DataFrame) -> pl.DataFrame:
-    """(x, q) and (x, q, a_i, y_i) SFT rows from the generator; TRL `messages` exports in exports/."""
+    """(x, q) and (x, q, a_i, y_i) SFT rows from the generator (it may decline a query or keep a subset of
+    its feasible answers), for the feasible sets in double_turn.sft_answer_sets."""
     chat = llm.session(context)
-    out = sft.clarify_sft(chat, feasible_answers, params.double_turn.generator_max_tokens)
+    cfg = params.double_turn
+    out = sft.clarify_sft(chat, feasible_answers, cfg.generator_max_tokens, cfg.sft_answer_sets)
+    xq = out.filter(pl.col("row_type") == "clarify")
     context.add_output_metadata({
         **usage(chat, feasible_answers.height),
-        "xq_rows": out.filter(pl.col("row_type") == "clarify").height,
-        "xqay_rows": out.filter(pl.col("row_type") == "answer").height,
-        "kept": int(out["kept"].sum()),
+        "xq_rows": xq.height, "xqay_rows": out.height - xq.height, "kept": int(out["kept"].sum()),
+        "declined": int(xq["reason"].str.starts_with("generator declined").sum()),
+        "answer_sets": dg.MetadataValue.json(list(cfg.sft_answer_sets)),
         "by_source": dg.MetadataValue.json(dict(out.group_by("answer_source").len().iter_rows())),
-        "exports": write_exports(exports.sft_exports(out)),
     })
     return out
 
@@ -125,7 +152,8 @@ def candidate_responses(context: dg.AssetExecutionContext, params: dg.ResourcePa
 @asset(ins=upstream("double_turn/qa_sets", "double_turn/candidate_responses"))
 def user_simulations(context: dg.AssetExecutionContext, llm: dg.ResourceParam[LLMResource], qa_sets: pl.DataFrame,
                      candidate_responses: pl.DataFrame) -> pl.DataFrame:
-    """psi(x, q, y_i) -> a_i for every clarifying candidate and user; leaks and abstains are marked."""
+    """psi(x, q, y_i) -> a_i by the label_simulator role for every clarifying candidate and user; leaks and
+    abstains are marked."""
     chat = llm.session(context)
     out = simulation.user_simulations(chat, candidate_responses, qa_sets)
     context.add_output_metadata({
@@ -171,40 +199,73 @@ def single_turn_scores(context: dg.AssetExecutionContext, llm: dg.ResourceParam[
                     "double_turn/single_turn_scores"))
 def preference_pairs(context: dg.AssetExecutionContext, candidate_responses: pl.DataFrame,
                      double_turn_outcomes: pl.DataFrame, single_turn_scores: pl.DataFrame) -> pl.DataFrame:
-    """All candidate pairs per query under both labelings (double_turn, single_turn); DPO exports."""
+    """All candidate pairs per query under both labelings (double_turn, single_turn)."""
     out = preferences.preference_pairs(candidate_responses, double_turn_outcomes, single_turn_scores)
     summary = out.group_by("labeling", "reason").len().sort("labeling", "reason")
     context.add_output_metadata({
         "pairs_kept": dg.MetadataValue.json({lab: int(g["kept"].sum()) for (lab,), g in out.group_by(["labeling"])}),
         "reasons": dg.MetadataValue.md(markdown_table(summary)),
-        "exports": write_exports(exports.dpo_exports(out)),
     })
     return out
+
+
+@dg.asset(
+    key=[GROUP, "training_exports"], group_name=GROUP, kinds={"polars"},
+    ins=upstream("double_turn/qa_sets", "double_turn/clarify_sft", "double_turn/preference_pairs"),
+    check_specs=[dg.AssetCheckSpec("no_train_eval_overlap", asset=[GROUP, "training_exports"], blocking=True,
+                                   description="No evaluation query (id or question) in any training table or "
+                                               "export; on a leak nothing is written.")],
+)
+def training_exports(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params], qa_sets: pl.DataFrame,
+                     clarify_sft: pl.DataFrame, preference_pairs: pl.DataFrame):
+    """TRL-ready SFT / DPO JSONL files under exports/, each rendered from its system's evaluation prompt;
+    one row per file (rows, written or why not). Empty files are skipped with a warning."""
+    output = params.double_turn.subject_output
+    datasets = exports.sft_exports(clarify_sft, output) | exports.dpo_exports(preference_pairs, output)
+    leaks = split.train_eval_overlap({"clarify_sft": clarify_sft, "preference_pairs": preference_pairs},
+                                     datasets, qa_sets.filter(pl.col("use") == "eval"))
+    out = write_exports(context, datasets, f"blocked: {leaks.height} evaluation leak(s)" if leaks.height else None)
+    yield dg.Output(out, metadata={
+        "written": int(out["written"].sum()), "skipped_empty": out.filter(pl.col("reason").str.starts_with("empty"))["export"].to_list(),
+        "rows": dg.MetadataValue.json(dict(zip(out["export"], out["rows"], strict=True))),
+        "train_eval_overlap": leaks.height})
+    yield dg.AssetCheckResult(check_name="no_train_eval_overlap", passed=leaks.height == 0,
+                              severity=dg.AssetCheckSeverity.ERROR,
+                              metadata={"leaks": leaks.height,
+                                        "examples": dg.MetadataValue.md(markdown_table(leaks.head(10)))})
 
 
 @asset(ins=upstream("double_turn/qa_sets"))
 def eval_interactions(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                       llm: dg.ResourceParam[LLMResource], qa_sets: pl.DataFrame) -> pl.DataFrame:
-    """Every subject x system x eval query: turn 2, simulated users' replies, answers after clarifying, F1."""
+    """Every subject x system x eval query: turn 2, the eval_simulator's user replies, answers after
+    clarifying, F1."""
     cfg = params.double_turn
     subjects = evaluation.eval_subjects(cfg, list(params.llm.subjects))
     queries = qa.selected(qa_sets, "eval")
     chat = llm.session(context)
     out = evaluation.eval_interactions(chat, qa_sets, queries, subjects, cfg)
+    same = simulators_same_model(params)
+    if same:
+        context.log.warning("label_simulator and eval_simulator are the same model: the policy is judged by the "
+                            "simulator that labelled its training preferences (the paper uses two)")
     context.add_output_metadata({**usage(chat, queries.height), **status_counts(out), "episodes": out.height,
                                  "user_simulations": int(out["user_replies"].list.len().sum() or 0),
-                                 "eval_queries": queries.height})
+                                 "eval_queries": queries.height, "simulators_same_model": same})
     return out
 
 
 @asset(ins=upstream("double_turn/eval_interactions"))
 def answer_set_eval(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                     eval_interactions: pl.DataFrame) -> pl.DataFrame:
-    """Table 1 (avg turns, answer-set F1 Unambiguous / Ambiguous / Total) and Table 4 (DA%, DA accuracy,
-    random baseline at the same DA%) per subject model."""
+    """Table 1 (avg turns, answer-set F1 Unambiguous / Ambiguous / Total, paired-bootstrap significance against
+    every other system) and Table 4 (DA%, DA accuracy, random baseline at the same DA%) per subject model."""
     cfg = params.double_turn
-    out = answer_set.answer_set_table(eval_interactions, cfg.random_repeats, cfg.seed)
+    out = answer_set.answer_set_table(eval_interactions, cfg.random_repeats, cfg.seed, cfg.bootstrap_samples,
+                                      cfg.significance_alpha)
     view = out.select("subject", "label", "avg_turns", "f1_unambiguous", "f1_ambiguous", "f1_total",
-                      "da_rate", "da_accuracy").with_columns(pl.col(pl.Float64).round(3).cast(pl.Utf8))
-    context.add_output_metadata({"table": dg.MetadataValue.md(markdown_table(view))})
+                      "da_rate", "da_accuracy", "p_max_vs_others", "significant"
+                      ).with_columns(pl.col(pl.Float64).round(3).cast(pl.Utf8))
+    context.add_output_metadata({"table": dg.MetadataValue.md(markdown_table(view)),
+                                 "simulators_same_model": simulators_same_model(params)})
     return out
