@@ -23,7 +23,7 @@ OTHER_ROLE_SECRET = "gw-token-77aa19be03"  # no known pattern: only masked becau
 class EchoKeyServer(BaseHTTPRequestHandler):
     """An OpenAI-style endpoint on 127.0.0.1 that repeats the caller's key: in a 401 body, or in the reply."""
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         key = self.headers.get("Authorization", "").removeprefix("Bearer ")
         prompt = body["messages"][-1]["content"]
