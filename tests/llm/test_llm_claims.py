@@ -77,8 +77,8 @@ def test_a_claim_outlives_its_lease_while_the_owner_still_works(tmp_path):
     """The owner renews its claims: a waiter does not take over a slow but live run (lease 0.3 s, 1.6 s run)."""
     backend = CountingBackend(delay_s=0.2)
     cfg = _config(tmp_path, lease_s=0.3)
-    _run_concurrently([LLMClient(cfg, backends={"llamacpp": lambda c: backend}) for _ in range(2)])
-    assert sum(backend.samples.values()) == 16
+    a, b = _run_concurrently([LLMClient(cfg, backends={"llamacpp": lambda c: backend}) for _ in range(2)])
+    assert sum(backend.samples.values()) == 16 and all(r.ok for r in a + b) and len(a) == len(b) == 8
 
 
 def test_an_expired_claim_of_a_killed_run_is_taken_over(tmp_path):
