@@ -41,12 +41,18 @@ def normalize_url(url: str) -> str:
 
 
 def _gguf_fingerprint(model: str) -> str:
+    try:
+        return fingerprint(_gguf_path(model))
+    except OSError:  # FileNotFoundError included
+        return "missing"  # the backend will fail these rows; a later real file gets its own keys
+
+
+@lru_cache(maxsize=32)
+def _gguf_path(model: str) -> Path:
+    """resolve_gguf once per process (an alias searches its package); a failure is not remembered."""
     from dagster_project.llm.backends.llamacpp import resolve_gguf
 
-    try:
-        return fingerprint(resolve_gguf(model))
-    except (FileNotFoundError, OSError):
-        return "missing"  # the backend will fail these rows; a later real file gets its own keys
+    return resolve_gguf(model)
 
 
 def fingerprint(path: Path) -> str:

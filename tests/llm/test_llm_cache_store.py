@@ -158,3 +158,20 @@ def test_truncation_flag_is_cached_and_old_caches_are_migrated(tmp_path):
     cache.put_many([("k1", "m", "cut", 1, 48, True), ("k2", "m", "whole", 1, 5, False)])
     got = cache.get_many(["k0", "k1", "k2"])
     assert got == {"k0": ("old", 1, 2, False), "k1": ("cut", 1, 48, True), "k2": ("whole", 1, 5, False)}
+
+
+def test_rows_of_an_older_cache_are_kept_marked_and_never_served(tmp_path):
+    """A cache written before the endpoint entered the key: its rows get key_version 1, new rows 2."""
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as con:
+        con.execute("CREATE TABLE responses (key TEXT PRIMARY KEY, model TEXT NOT NULL, text TEXT NOT NULL, "
+                    "tokens_in INTEGER NOT NULL, tokens_out INTEGER NOT NULL, created REAL NOT NULL)")
+        con.execute("INSERT INTO responses VALUES ('old-key', 'm', 'old reply', 1, 1, 0)")
+    cfg = parse_params({"llm": {"cache_path": str(path), "roles": {"default": {"model": "m"}}}}).llm
+    backend = ScriptedBackend(lambda job, i: "new reply")
+    [res] = LLMClient(cfg, backends={"llamacpp": lambda c: backend}).chat("judge", [ChatRequest.of(
+        [{"role": "user", "content": "q"}], "p@1")])
+    assert res.text == "new reply" and not res.cached
+    with sqlite3.connect(path) as con:
+        rows = dict(con.execute("SELECT text, key_version FROM responses").fetchall())
+    assert rows == {"old reply": 1, "new reply": 2}
