@@ -154,6 +154,7 @@ class LLMClient:
             say(f"{label}: dry run: {len(pending)} requests would be sent")
             return results
         owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        told = 0
         try:
             while open_:
                 claimed = self.cache.claim([keys[i][j] for i, js in open_.items() for j in js], owner,
@@ -165,7 +166,9 @@ class LLMClient:
                 open_ = {i: [j for j in js if keys[i][j] not in claimed] for i, js in open_.items()}
                 open_ = self._serve_cached({i: js for i, js in open_.items() if js}, keys, results, hit_tokens)
                 if open_:
-                    say(f"{label}: waiting for {sum(map(len, open_.values()))} samples another run is generating")
+                    if (waiting := sum(map(len, open_.values()))) != told:  # said once per change, not per poll
+                        say(f"{label}: waiting for {waiting} samples another run is generating")
+                        told = waiting
                     time.sleep(self.config.claim_poll_s)
         finally:
             self.cache.release(owner)
