@@ -31,6 +31,10 @@ class RoleConfig(Strict):
     json_format: Literal["json_schema", "json_object"] = "json_schema"
     price_in_per_mtok: float = Field(0.0, ge=0.0)
     price_out_per_mtok: float = Field(0.0, ge=0.0)
+    # Cache identity: by default replies are shared only with the same backend + model at the same endpoint
+    # (openai: base_url; llamacpp / local vllm: the model file's fingerprint). Roles that name the same
+    # cache_namespace (and model) share replies deliberately, whatever their URL or file (llm/identity.py).
+    cache_namespace: str | None = Field(None, min_length=1)
 
     @model_validator(mode="after")
     def _openai_needs_endpoint(self) -> RoleConfig:
@@ -38,9 +42,6 @@ class RoleConfig(Strict):
             raise ValueError("backend 'openai' needs base_url (e.g. https://api.openai.com/v1)")
         return self
 
-    def identity(self) -> dict[str, str]:
-        """What identifies the model for the cache: never the key, URL or timeout."""
-        return {"backend": self.backend, "model": self.model}
 
 
 ROLE_NAMES = (
@@ -52,6 +53,11 @@ ROLE_NAMES = (
 
 class LLMConfig(Strict):
     cache_path: str = ".cache/llm_cache.sqlite"
+    # Concurrent runs: a process claims the uncached keys it is about to send for claim_lease_s seconds
+    # (renewed while it works); another run waits for those replies, polling every claim_poll_s, and takes
+    # over a claim whose lease ran out (its owner was killed).
+    claim_lease_s: float = Field(60.0, gt=0)
+    claim_poll_s: float = Field(0.5, gt=0)
     roles: dict[str, RoleConfig] = Field(default_factory=lambda: {"default": RoleConfig()})
     subjects: dict[str, RoleConfig] = Field(default_factory=lambda: {"smollm2": RoleConfig()})
 

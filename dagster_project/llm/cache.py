@@ -5,7 +5,11 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from dagster_project.llm.identity import KEY_VERSION
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -15,7 +19,18 @@ CREATE TABLE IF NOT EXISTS responses (
     tokens_in INTEGER NOT NULL,
     tokens_out INTEGER NOT NULL,
     created REAL NOT NULL,
-    truncated INTEGER NOT NULL DEFAULT 0
+    truncated INTEGER NOT NULL DEFAULT 0,
+    key_version INTEGER NOT NULL DEFAULT 1
+)
+"""
+
+# Keys a run is generating right now: other runs wait for these replies instead of paying again.
+# A claim expires unless its owner renews it, so a killed owner's keys are taken over.
+_CLAIMS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS claims (
+    key TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    expires REAL NOT NULL
 )
 """
 
@@ -37,7 +52,10 @@ CREATE TABLE IF NOT EXISTS usage (
 
 
 class LLMCache:
-    """One row per (request, sample index) key. Only successful replies are stored; errors are retried."""
+    """One row per (request, sample index) key. Only successful replies are stored; errors are retried.
+
+    key_version: rows written before the endpoint entered the key (llm/identity.py) are 1 and are never
+    matched by the new keys; `DELETE FROM responses WHERE key_version = 1` reclaims their space."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -46,9 +64,12 @@ class LLMCache:
         with self._conn() as con:
             con.execute(_SCHEMA)
             con.execute(_USAGE_SCHEMA)
+            con.execute(_CLAIMS_SCHEMA)
             columns = {row[1] for row in con.execute("PRAGMA table_info(responses)")}
             if "truncated" not in columns:  # a cache written before replies carried their finish reason
                 con.execute("ALTER TABLE responses ADD COLUMN truncated INTEGER NOT NULL DEFAULT 0")
+            if "key_version" not in columns:  # a cache written before the endpoint entered the key
+                con.execute("ALTER TABLE responses ADD COLUMN key_version INTEGER NOT NULL DEFAULT 1")
 
     def _conn(self) -> sqlite3.Connection:
         con = getattr(self._local, "con", None)
@@ -73,20 +94,62 @@ class LLMCache:
         return out
 
     def put_many(self, rows: list[tuple[str, str, str, int, int] | tuple[str, str, str, int, int, bool]]) -> None:
-        """Insert (key, model, text, tokens_in, tokens_out[, truncated]) rows in one transaction."""
+        """Insert (key, model, text, tokens_in, tokens_out[, truncated]) rows in one transaction; their
+        claims end with it."""
         if not rows:
             return
-        con = self._conn()
         now = time.time()
+        with self._transaction() as con:
+            con.executemany("INSERT OR REPLACE INTO responses (key, model, text, tokens_in, tokens_out, created, "
+                            "truncated, key_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            [(*r[:5], now, int(bool(r[5]) if len(r) > 5 else 0), KEY_VERSION) for r in rows])
+            con.executemany("DELETE FROM claims WHERE key = ?", [(r[0],) for r in rows])
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        con = self._conn()
         con.execute("BEGIN IMMEDIATE")
         try:
-            con.executemany("INSERT OR REPLACE INTO responses (key, model, text, tokens_in, tokens_out, created, "
-                            "truncated) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                            [(*r[:5], now, int(bool(r[5]) if len(r) > 5 else 0)) for r in rows])
+            yield con
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
+
+    def claim(self, keys: list[str], owner: str, lease_s: float) -> set[str]:
+        """Claim the keys that are neither answered nor held by a live claim of another owner (an expired
+        claim is taken over); returns the keys `owner` now holds, for lease_s seconds unless renewed."""
+        if not keys:
+            return set()
+        now = time.time()
+        with self._transaction() as con:
+            answered = set(self._present(con, "responses", keys))
+            con.executemany(
+                "INSERT INTO claims (key, owner, expires) VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE SET "
+                "owner = excluded.owner, expires = excluded.expires "
+                "WHERE claims.expires < ? OR claims.owner = excluded.owner",
+                [(k, owner, now + lease_s, now) for k in keys if k not in answered])
+            return set(self._present(con, "claims", keys, owner))
+
+    def renew(self, owner: str, lease_s: float) -> None:
+        """Extend every claim of `owner` (the heartbeat of a run that is still generating)."""
+        self._conn().execute("UPDATE claims SET expires = ? WHERE owner = ?", (time.time() + lease_s, owner))
+
+    def release(self, owner: str) -> None:
+        """Drop the owner's remaining claims (keys that failed: another run may try them)."""
+        self._conn().execute("DELETE FROM claims WHERE owner = ?", (owner,))
+
+    @staticmethod
+    def _present(con: sqlite3.Connection, table: str, keys: list[str], owner: str | None = None) -> list[str]:
+        found: list[str] = []
+        for start in range(0, len(keys), 500):
+            chunk = keys[start:start + 500]
+            q = f"SELECT key FROM {table} WHERE key IN ({','.join('?' * len(chunk))})"
+            args: list[str] = list(chunk)
+            if owner is not None:
+                q, args = q + " AND owner = ?", [*args, owner]
+            found.extend(k for (k,) in con.execute(q, args))
+        return found
 
     def stats(self) -> dict[str, int]:
         n, tin, tout = self._conn().execute(

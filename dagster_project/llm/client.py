@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import sqlite3
 import sys
+import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -26,6 +31,8 @@ from dagster_project.llm.chat import (
     sample_cache_key,
     usage_summary,
 )
+from dagster_project.llm.identity import cache_identity
+from dagster_project.llm.redact import Redactor
 
 
 class DryRun(Protocol):
@@ -47,8 +54,9 @@ class _ResultSink:
     """Backend outputs -> ChatResults, with the answered samples buffered until the next cache commit."""
 
     def __init__(self, cache: LLMCache, model: str, keys: list[list[str]], results: list[ChatResult],
-                 pending: list[tuple[int, Job]]):
+                 pending: list[tuple[int, Job]], redact: Redactor):
         self.cache, self.model, self.keys, self.results, self.pending = cache, model, keys, results, pending
+        self.redact = redact
         self.rows: list[tuple[str, str, str, int, int, bool]] = []
         self.taken = [False] * len(pending)
         self.done = self.errors = 0
@@ -63,7 +71,7 @@ class _ResultSink:
         res = self.results[i]
         res.latency_s += latency_s
         if out.error or len(out.texts) != len(job.sample_indices):
-            res.error = out.error or f"backend returned {len(out.texts)} of {len(job.sample_indices)} samples"
+            res.error = self.redact(out.error) or f"backend returned {len(out.texts)} of {len(job.sample_indices)} samples"
             self.errors += 1
             return
         res.tokens_in += out.tokens_in
@@ -71,7 +79,7 @@ class _ResultSink:
         share_in = out.tokens_in // len(job.sample_indices)
         share_out = out.tokens_out // len(job.sample_indices)
         cut = out.truncated or [False] * len(out.texts)
-        for idx, text, truncated in zip(job.sample_indices, out.texts, cut, strict=True):
+        for idx, text, truncated in zip(job.sample_indices, map(self.redact, out.texts), cut, strict=True):
             res.texts[idx], res.truncated[idx] = text, truncated
             self.rows.append((self.keys[i][idx], self.model, text, share_in, share_out, truncated))
 
@@ -91,6 +99,8 @@ class LLMClient:
         self._backends: dict[str, Backend] = {}
         self._cache: LLMCache | None = None
         self.dry_run = dry_run
+        every = [*config.roles.values(), *config.subjects.values()]
+        self.redact = Redactor(r.api_key_env for r in every if r.api_key_env)  # any role's key, in any text
 
     @property
     def cache(self) -> LLMCache:
@@ -116,34 +126,26 @@ class LLMClient:
 
     def chat(self, role: str, requests: list[ChatRequest], progress: Progress | None = None,
              tag: str = "") -> list[ChatResult]:
-        """One result per request, in order; `tag` names the caller (an asset) for the dry-run hook."""
+        """One result per request, in order; `tag` names the caller (an asset) for the dry-run hook.
+
+        Uncached samples are claimed in the cache before they are sent: samples another run has claimed
+        are waited for (polling the cache) rather than paid twice, and taken over if that claim expires."""
         cfg = self.config.role(role)
-        ident = cfg.identity()
         label = f"{role} [{cfg.backend}:{cfg.model}]"
         resolved = [self.resolve(cfg, r) for r in requests]
+        ident = cache_identity(cfg)
         keys = [[sample_cache_key(ident, r, s, i) for i in range(r.sampling.n)] for r, s in zip(requests, resolved)]
-        hit = self.cache.get_many([k for ks in keys for k in ks])
         results = [ChatResult(texts=[""] * r.sampling.n, truncated=[False] * r.sampling.n, model=cfg.model)
                    for r in requests]
-        pending: list[tuple[int, Job]] = []
-        hit_in = hit_out = 0
-        for i, (req, ks) in enumerate(zip(requests, keys)):
-            missing = [j for j, k in enumerate(ks) if k not in hit]
-            for j, k in enumerate(ks):
-                if k in hit:
-                    text, tin, tout, truncated = hit[k]
-                    results[i].texts[j], results[i].truncated[j] = text, truncated
-                    results[i].tokens_in += tin
-                    results[i].tokens_out += tout
-                    results[i].cache_hits += 1
-                    hit_in, hit_out = hit_in + tin, hit_out + tout
-            results[i].cached = not missing
-            if missing:
-                pending.append((i, Job(req.messages, resolved[i], missing, req.json_schema)))
-        n_hits = len(requests) - len(pending)
+        open_ = {i: list(range(len(ks))) for i, ks in enumerate(keys)}
+        hit_tokens = [0, 0]
+        open_ = self._serve_cached(open_, keys, results, hit_tokens)
+        for i, r in enumerate(results):
+            r.cached = i not in open_
         say = progress or (lambda m: None)
-        say(f"{label}: {len(requests)} requests, {n_hits} fully cached, {len(pending)} to generate")
+        say(f"{label}: {len(requests)} requests, {len(requests) - len(open_)} fully cached, {len(open_)} to generate")
         if self.dry_run is not None:
+            pending = self._jobs(open_, requests, resolved)
             answers = self.dry_run.answer(role, cfg, [job for _, job in pending], [keys[i] for i, _ in pending], tag)
             for (i, job), texts in zip(pending, answers, strict=True):
                 for idx, text in zip(job.sample_indices, texts, strict=True):
@@ -151,10 +153,51 @@ class LLMClient:
             self.dry_run.count(role, cfg, requests, results, tag)
             say(f"{label}: dry run: {len(pending)} requests would be sent")
             return results
-        if pending:
-            self._run(cfg, label, pending, keys, results, say)
-        self._record(role, cfg, results, hit_in, hit_out)
+        owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        told = 0
+        try:
+            while open_:
+                claimed = self.cache.claim([keys[i][j] for i, js in open_.items() for j in js], owner,
+                                           self.config.claim_lease_s)
+                mine = {i: [j for j in js if keys[i][j] in claimed] for i, js in open_.items()}
+                mine = {i: js for i, js in mine.items() if js}
+                if mine:
+                    self._run(cfg, label, self._jobs(mine, requests, resolved), keys, results, say, owner)
+                open_ = {i: [j for j in js if keys[i][j] not in claimed] for i, js in open_.items()}
+                open_ = self._serve_cached({i: js for i, js in open_.items() if js}, keys, results, hit_tokens)
+                if open_:
+                    if (waiting := sum(map(len, open_.values()))) != told:  # said once per change, not per poll
+                        say(f"{label}: waiting for {waiting} samples another run is generating")
+                        told = waiting
+                    time.sleep(self.config.claim_poll_s)
+        finally:
+            self.cache.release(owner)
+        for r in results:
+            r.cached = r.cache_hits == len(r.texts)  # waited-for replies another run paid for count as hits
+        self._record(role, cfg, results, *hit_tokens)
         return results
+
+    def _serve_cached(self, open_: dict[int, list[int]], keys: list[list[str]], results: list[ChatResult],
+                      hit_tokens: list[int]) -> dict[int, list[int]]:
+        """Fill the open samples the cache holds; return those still open (request -> sample indices)."""
+        hit = self.cache.get_many([keys[i][j] for i, js in open_.items() for j in js]) if open_ else {}
+        still: dict[int, list[int]] = {}
+        for i, js in open_.items():
+            for j in js:
+                if keys[i][j] not in hit:
+                    still.setdefault(i, []).append(j)
+                    continue
+                text, tin, tout, truncated = hit[keys[i][j]]
+                res = results[i]
+                res.texts[j], res.truncated[j] = text, truncated
+                res.tokens_in, res.tokens_out, res.cache_hits = res.tokens_in + tin, res.tokens_out + tout, res.cache_hits + 1
+                hit_tokens[0], hit_tokens[1] = hit_tokens[0] + tin, hit_tokens[1] + tout
+        return still
+
+    @staticmethod
+    def _jobs(open_: dict[int, list[int]], requests: list[ChatRequest],
+              resolved: list[dict[str, Any]]) -> list[tuple[int, Job]]:
+        return [(i, Job(requests[i].messages, resolved[i], js, requests[i].json_schema)) for i, js in sorted(open_.items())]
 
     def _record(self, role: str, cfg: RoleConfig, results: list[ChatResult], hit_in: int, hit_out: int) -> None:
         """Per-role accounting for `clarify doctor`; a failure here never fails the call."""
@@ -167,18 +210,40 @@ class LLMClient:
             pass
 
     def _run(self, cfg: RoleConfig, label: str, pending: list[tuple[int, Job]], keys: list[list[str]],
-             results: list[ChatResult], say: Progress) -> None:
+             results: list[ChatResult], say: Progress, owner: str) -> None:
+        """Generate the owner's claimed samples, renewing its claims every third of a lease meanwhile."""
+        stop = threading.Event()
+        lease = self.config.claim_lease_s
+
+        def heartbeat() -> None:
+            while not stop.wait(lease / 3):
+                try:
+                    self.cache.renew(owner, lease)
+                except sqlite3.Error:  # a busy database: the next beat tries again
+                    continue
+
+        beat = threading.Thread(target=heartbeat, name="llm-claims", daemon=True)
+        beat.start()
+        try:
+            self._generate(cfg, label, pending, keys, results, say)
+        finally:
+            stop.set()
+            beat.join()
+            self.cache.release(owner)
+
+    def _generate(self, cfg: RoleConfig, label: str, pending: list[tuple[int, Job]], keys: list[list[str]],
+                  results: list[ChatResult], say: Progress) -> None:
         try:
             backend = self.backend(cfg)
         except Exception as err:  # noqa: BLE001 - a broken backend fails rows, not the process
             for i, _ in pending:
-                results[i].error = f"backend unavailable: {short_error(err)}"
-            say(f"{label}: backend unavailable: {err}")
+                results[i].error = self.redact(f"backend unavailable: {short_error(err)}")
+            say(self.redact(f"{label}: backend unavailable: {err}") or "")
             return
         step = max(1, backend.chunk_size)
         t0 = time.monotonic()
         bar = tqdm(total=len(pending), desc=label, file=sys.stderr, disable=None, leave=False)
-        sink = _ResultSink(self.cache, cfg.model, keys, results, pending)
+        sink = _ResultSink(self.cache, cfg.model, keys, results, pending, self.redact)
 
         def report() -> None:
             rate = sink.done / max(time.monotonic() - t0, 1e-9)

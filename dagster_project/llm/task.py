@@ -230,6 +230,8 @@ class LLMTask(Generic[R]):
 
     check(value, item) -> reason | None runs after validation: a reason makes the row a parse_error.
     lenient turns on lenient JSON recovery (counted per row in `repaired`).
+    A free-text reply cut off at max_tokens is a parse_error (reason "truncated") unless accept_truncated:
+    for replies whose use is decided by their opening words (the response-prefix protocol).
     sampling holds the step's defaults (temperature, top_p, max_tokens, seed, n); calls may override them.
     """
 
@@ -239,6 +241,7 @@ class LLMTask(Generic[R]):
     check: Callable[[Any, Any], str | None] | None = None
     lenient: bool = False
     sampling: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    accept_truncated: bool = False
 
     @cached_property
     def template(self) -> Prompt:
@@ -293,8 +296,11 @@ class LLMTask(Generic[R]):
                 continue
             text = result.texts[i] if i < len(result.texts) else ""
             p = self.parse(text, item)
-            if p.status is Status.PARSE_ERROR and i < len(result.truncated) and result.truncated[i]:
+            cut = i < len(result.truncated) and result.truncated[i]
+            if cut and p.status is Status.PARSE_ERROR:
                 p = dataclasses.replace(p, error=f"truncated: cut off at max_tokens ({p.error})")
+            elif cut and self.reply is None and not self.accept_truncated:
+                p = Parsed(Status.PARSE_ERROR, error="truncated: cut off at max_tokens")
             out.append(Outcome(item, i, p.status, p.value, p.error, text, result.model, request.prompt_version,
                                p.repaired))
         return out

@@ -2,12 +2,18 @@
 
 import pytest
 
-from dagster_project.llm.chat import ChatRequest, ChatResult, sample_cache_key, usage_summary
 from dagster_project.config import RoleConfig
+from dagster_project.llm.chat import (
+    ChatRequest,
+    ChatResult,
+    sample_cache_key,
+    usage_summary,
+)
+from dagster_project.llm.identity import cache_identity
 
 MSGS = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
 RESOLVED = {"temperature": 0.7, "top_p": 1.0, "max_tokens": 64, "seed": 0}
-IDENT = RoleConfig(backend="vllm", model="m1").identity()
+IDENT = cache_identity(RoleConfig(backend="vllm", model="m1"))
 
 
 def key(identity=IDENT, request=None, resolved=RESOLVED, index=0):
@@ -31,8 +37,8 @@ def test_key_changes_with_each_input():
         key(request=ChatRequest.of(MSGS[1:], "p@abc")),
         key(request=ChatRequest.of(MSGS, "p@abc", json_schema={"type": "object"})),
         key(request=ChatRequest.of(MSGS, "p@abd")),
-        key(identity=RoleConfig(backend="vllm", model="m2").identity()),
-        key(identity=RoleConfig(backend="llamacpp", model="m1").identity()),
+        key(identity=cache_identity(RoleConfig(backend="vllm", model="m2"))),
+        key(identity=cache_identity(RoleConfig(backend="llamacpp", model="m1"))),
     ]
     assert all(v != base for v in variants)
     assert len(set(variants)) == len(variants)
@@ -45,13 +51,16 @@ def test_schema_and_resolved_key_order_does_not_matter():
     assert key(resolved=dict(reversed(list(RESOLVED.items())))) == key()
 
 
-def test_endpoint_key_and_timeouts_do_not_change_key():
+def test_key_and_timeouts_do_not_change_key_but_the_endpoint_does():
     r1 = RoleConfig(backend="openai", model="gpt-x", base_url="https://a.example/v1", api_key_env="A_KEY",
                     timeout_s=10, max_retries=1, concurrency=2)
-    r2 = RoleConfig(backend="openai", model="gpt-x", base_url="http://localhost:8000/v1", api_key_env="B_KEY",
-                    timeout_s=300, max_retries=5, concurrency=64)
-    assert r1.identity() == r2.identity() == {"backend": "openai", "model": "gpt-x"}
-    assert key(identity=r1.identity()) == key(identity=r2.identity())
+    same = RoleConfig(backend="openai", model="gpt-x", base_url="https://A.example/v1/", api_key_env="B_KEY",
+                      timeout_s=300, max_retries=5, concurrency=64)
+    other = RoleConfig(backend="openai", model="gpt-x", base_url="http://localhost:8000/v1", api_key_env="A_KEY")
+    assert cache_identity(r1) == cache_identity(same) == {"backend": "openai", "model": "gpt-x",
+                                                          "endpoint": "https://a.example/v1"}
+    assert key(identity=cache_identity(r1)) == key(identity=cache_identity(same))
+    assert key(identity=cache_identity(r1)) != key(identity=cache_identity(other))
 
 
 def test_chat_request_of():

@@ -177,4 +177,7 @@ def test_backend_exception_fails_rows_not_the_run(tmp_path, monkeypatch):
     q = pl.read_parquet(tmp_path / "assets/benchmark/single_turn_queries.parquet")
     assert q["quality"].is_null().all()
     assert set(q["quality_status"]) == {"llm_error"}
-    assert result.success
+    # the rows are written; the asset's check then fails on the judge role's error budget (every request failed)
+    [check] = [c for c in result.get_asset_check_evaluations() if c.check_name == "gx_single_turn_queries"]
+    over = check.metadata["results"].value["error budget per role"]["over_budget"]
+    assert not check.passed and over["judge"]["rate"] == 1.0

@@ -103,7 +103,7 @@ def responder(job, idx):
     raise AssertionError(f"unexpected request: {job.json_schema}")
 
 
-def _run(tmp_path, monkeypatch, fail=None, **overrides):
+def _run(tmp_path, monkeypatch, fail=None, max_error_rate=0.2, **overrides):
     monkeypatch.chdir(tmp_path)
     _write_data(tmp_path)
     backend = ScriptedBackend(responder, fail)
@@ -112,7 +112,7 @@ def _run(tmp_path, monkeypatch, fail=None, **overrides):
            "n_edit_train": 3, "n_edit_test": 1, "n_pair_train": 1, "n_pair_test": 1, "n_unambiguous_train": 99,
            "max_turns": 3, "n_test_unambiguous": 99, "n_test_ood": 5, "n_test_dropout": 2, "ood_fraction": 0.25,
            **overrides}
-    data = {"llm": {"cache_path": str(tmp_path / "cache.sqlite")}, "quality": {"max_error_rate": 0.2},
+    data = {"llm": {"cache_path": str(tmp_path / "cache.sqlite")}, "quality": {"max_error_rate": max_error_rate},
             "intents": cfg}
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -243,7 +243,13 @@ def test_llm_failures_are_rows(tmp_path, monkeypatch):
     def fail(job):
         return "RuntimeError: down" if "reply" in (job.json_schema or {}).get("properties", {}) else None
 
-    result = _run(tmp_path, monkeypatch, fail=fail)
+    # every user_simulator request fails: its error budget would stop the group at the default 0.2
+    (tmp_path / "blocked").mkdir()
+    blocked = _run(tmp_path / "blocked", monkeypatch, fail=fail)
+    by_check = {c.check_name: c for c in blocked.get_asset_check_evaluations()}
+    assert "user_simulator" in by_check["gx_simulated_conversations"].metadata["results"].value[
+        "error budget per role"]["over_budget"]
+    result = _run(tmp_path, monkeypatch, fail=fail, max_error_rate=1.0)  # let the failed rows flow downstream
     sim = _read(tmp_path, "simulated_conversations")
     amb = sim.filter(pl.col("kind") == "ambiguous")
     assert set(amb["outcome"]) == {"user_error"}

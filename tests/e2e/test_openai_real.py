@@ -197,7 +197,9 @@ def test_200_request_asset_run_survives_faults(server, tmp_path, monkeypatch, ca
     proxy = FaultProxy(server.base, seed=11, rates=FAULT_RATES, retry_after_s=2, slow_s=9.0, poison=POISON).start()
     try:
         # the server decodes one request at a time: 2 in flight keep it busy without queueing past the timeout
-        params = _params(tmp_path, proxy.url, concurrency=2, timeout_s=8.0, max_retries=4)
+        # two proxies (two URLs) in front of one server: the runs share the cache on purpose (llm/identity.py)
+        params = _params(tmp_path, proxy.url, concurrency=2, timeout_s=8.0, max_retries=4,
+                         cache_namespace="one-llama-server")
         t0 = time.monotonic()
         with dg.DagsterInstance.ephemeral() as instance:
             result = materialize(build_defs(params, n, poison_every, tmp_path / "suites"), instance)
@@ -251,7 +253,7 @@ def test_200_request_asset_run_survives_faults(server, tmp_path, monkeypatch, ca
     # again (no other faults this time), and the check flags the error rate
     with FaultProxy(server.base, poison=POISON) as strict_proxy:
         strict = _params(tmp_path, strict_proxy.url, "strict.yaml", max_error_rate=0.01, concurrency=2,
-                         timeout_s=60.0, max_retries=1)
+                         timeout_s=60.0, max_retries=1, cache_namespace="one-llama-server")
         with dg.DagsterInstance.ephemeral() as instance:
             again = materialize(build_defs(strict, n, poison_every, tmp_path / "suites"), instance)
         asked = set(strict_proxy.requests_per_prompt())

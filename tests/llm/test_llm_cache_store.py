@@ -23,7 +23,7 @@ def _cache_bytes(cache_path: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(cache_path.parent.glob(cache_path.name + "*")))
 
 
-def test_cache_file_holds_no_key_url_and_other_endpoints_hit_it(tmp_path, monkeypatch):
+def test_cache_file_holds_no_key_or_url_and_other_endpoints_miss(tmp_path, monkeypatch):
     monkeypatch.setenv("CLARIFY_TEST_KEY_A", SECRET)
     monkeypatch.setenv("CLARIFY_TEST_KEY_B", "sk-another-key-0000")
     cache_path = tmp_path / "cache" / "llm.sqlite"
@@ -60,26 +60,70 @@ def test_cache_file_holds_no_key_url_and_other_endpoints_hit_it(tmp_path, monkey
     assert b"secret-gateway" not in data
     assert b"CLARIFY_TEST_KEY_A" not in data
 
-    # another endpoint, key and timeout serving the same model: every sample is a hit
+    # another endpoint serving a model of the same name is a miss: it is asked itself
     backend.jobs.clear()
     via_b = client.chat("reasoner", requests)
-    assert backend.jobs == []
-    assert all(r.cached and r.cache_hits == 2 for r in via_b)
-    assert [r.texts for r in via_b] == [r.texts for r in first]
+    assert len(backend.jobs) == 3 and not any(r.cached for r in via_b)
 
-    # ... also for a brand-new client (new process) whose judge role points elsewhere
+    # ... and a brand-new client (new process) whose judge points at a closed port gets no cached "ok"
     moved = parse_params({"llm": {
         "cache_path": str(cache_path),
         "roles": {"default": {"model": "local-small"},
-                  "judge": {"backend": "openai", "model": "gpt-test", "base_url": URL_B, "timeout_s": 1.0}},
+                  "judge": {"backend": "openai", "model": "gpt-test", "base_url": "http://127.0.0.1:9/v1",
+                            "timeout_s": 1.0, "max_retries": 0}},
+    }})
+    again = LLMClient(moved.llm).chat("judge", requests)  # the real openai backend
+    assert all(r.error and not r.cached and r.cache_hits == 0 for r in again)
+
+    # the same endpoint with another key and timeout is a hit; so is the same URL spelled differently
+    respelled = parse_params({"llm": {
+        "cache_path": str(cache_path),
+        "roles": {"default": {"model": "local-small"},
+                  "judge": {"backend": "openai", "model": "gpt-test", "base_url": URL_A.upper().replace("/V1", "/v1/"),
+                            "api_key_env": "CLARIFY_TEST_KEY_B", "timeout_s": 3.0}},
     }})
     fresh = ScriptedBackend(lambda job, i: "never")
-    again = LLMClient(moved.llm, backends={"openai": lambda cfg: fresh}).chat("judge", requests)
-    assert fresh.jobs == [] and all(r.cached for r in again)
+    same = LLMClient(respelled.llm, backends={"openai": lambda cfg: fresh}).chat("judge", requests)
+    assert fresh.jobs == [] and all(r.cached for r in same)
 
     # negative control: another model behind the same endpoint and key is a miss
+    backend.jobs.clear()
     [other] = client.chat("clarifier", requests[:1])
     assert not other.cached and len(backend.jobs) == 1
+
+
+def test_roles_sharing_a_cache_namespace_share_replies_across_urls(tmp_path):
+    def params(url: str, namespace: str | None) -> object:
+        judge = {"backend": "openai", "model": "qwen", "base_url": url}
+        return parse_params({"llm": {"cache_path": str(tmp_path / "c.sqlite"), "roles": {
+            "default": {"model": "m"}, "judge": judge | ({"cache_namespace": namespace} if namespace else {})}}}).llm
+
+    requests = [ChatRequest.of([{"role": "user", "content": f"q{i}"}], "p@1") for i in range(4)]
+    first = ScriptedBackend(lambda job, i: "from A")
+    LLMClient(params("http://gpu-a:8000/v1", "qwen-7b-awq"), backends={"openai": lambda c: first}).chat("judge", requests)
+    second = ScriptedBackend(lambda job, i: "from B")
+    shared = LLMClient(params("http://gpu-b:8000/v1", "qwen-7b-awq"), backends={"openai": lambda c: second})
+    assert [r.text for r in shared.chat("judge", requests)] == ["from A"] * 4 and second.jobs == []
+    # without the namespace the other URL is its own endpoint
+    alone = LLMClient(params("http://gpu-b:8000/v1", None), backends={"openai": lambda c: second})
+    assert [r.text for r in alone.chat("judge", requests)] == ["from B"] * 4
+
+
+def test_local_model_file_enters_the_key(tmp_path):
+    """Two GGUF files behind the same role config: the second file is not served the first one's replies."""
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF" + b"\x01" * 3_000_000)
+    cfg = parse_params({"llm": {"cache_path": str(tmp_path / "c.sqlite"),
+                                "roles": {"default": {"model": str(gguf)}}}}).llm
+    requests = [ChatRequest.of([{"role": "user", "content": "q"}], "p@1")]
+    backend = ScriptedBackend(lambda job, i: "old weights")
+    LLMClient(cfg, backends={"llamacpp": lambda c: backend}).chat("judge", requests)
+    again = LLMClient(cfg, backends={"llamacpp": lambda c: backend}).chat("judge", requests)
+    assert again[0].cached and len(backend.jobs) == 1  # same file: a hit
+    gguf.write_bytes(b"GGUF" + b"\x02" * 3_000_000)  # same size, other weights (a re-quantized file)
+    newer = ScriptedBackend(lambda job, i: "new weights")
+    [res] = LLMClient(cfg, backends={"llamacpp": lambda c: newer}).chat("judge", requests)
+    assert res.text == "new weights" and not res.cached
 
 
 def test_journal_mode_is_wal_and_errors_are_not_stored(tmp_path):
@@ -114,3 +158,20 @@ def test_truncation_flag_is_cached_and_old_caches_are_migrated(tmp_path):
     cache.put_many([("k1", "m", "cut", 1, 48, True), ("k2", "m", "whole", 1, 5, False)])
     got = cache.get_many(["k0", "k1", "k2"])
     assert got == {"k0": ("old", 1, 2, False), "k1": ("cut", 1, 48, True), "k2": ("whole", 1, 5, False)}
+
+
+def test_rows_of_an_older_cache_are_kept_marked_and_never_served(tmp_path):
+    """A cache written before the endpoint entered the key: its rows get key_version 1, new rows 2."""
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as con:
+        con.execute("CREATE TABLE responses (key TEXT PRIMARY KEY, model TEXT NOT NULL, text TEXT NOT NULL, "
+                    "tokens_in INTEGER NOT NULL, tokens_out INTEGER NOT NULL, created REAL NOT NULL)")
+        con.execute("INSERT INTO responses VALUES ('old-key', 'm', 'old reply', 1, 1, 0)")
+    cfg = parse_params({"llm": {"cache_path": str(path), "roles": {"default": {"model": "m"}}}}).llm
+    backend = ScriptedBackend(lambda job, i: "new reply")
+    [res] = LLMClient(cfg, backends={"llamacpp": lambda c: backend}).chat("judge", [ChatRequest.of(
+        [{"role": "user", "content": "q"}], "p@1")])
+    assert res.text == "new reply" and not res.cached
+    with sqlite3.connect(path) as con:
+        rows = dict(con.execute("SELECT text, key_version FROM responses").fetchall())
+    assert rows == {"old reply": 1, "new reply": 2}

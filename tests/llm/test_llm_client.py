@@ -9,13 +9,14 @@ import re
 from pathlib import Path
 
 import pytest
+from fakes import ScriptedBackend  # tests/fakes.py, on sys.path via tests/conftest.py
 
-from dagster_project.llm.chat import ChatRequest, sample_cache_key
 from dagster_project.config import parse_params
 from dagster_project.llm.backends.base import JobOutput
-from dagster_project.llm.client import LLMClient
 from dagster_project.llm.cache import LLMCache
-from fakes import ScriptedBackend  # tests/fakes.py, on sys.path via tests/conftest.py
+from dagster_project.llm.chat import ChatRequest, sample_cache_key
+from dagster_project.llm.client import LLMClient
+from dagster_project.llm.identity import cache_identity
 
 
 def echo(job, idx):
@@ -88,7 +89,7 @@ def test_only_missing_sample_indices_are_regenerated(config):
     client, backend = make_client(config)
     request = req("three samples", n=3, temperature=1.0)
     role = config.role("generator")
-    key1 = sample_cache_key(role.identity(), request, client.resolve(role, request), 1)
+    key1 = sample_cache_key(cache_identity(role), request, client.resolve(role, request), 1)
     LLMCache(config.cache_path).put_many([(key1, role.model, "PRECACHED-1", 4, 2)])
 
     [res] = client.chat("generator", [request])
@@ -132,7 +133,7 @@ def test_failed_request_becomes_error_row_is_not_cached_and_is_retried(config):
     assert results[0].text == "good-1#0" and results[2].text == "good-2#0"
 
     role = config.role("generator")
-    keys = {r.messages[-1]["content"]: sample_cache_key(role.identity(), r, client.resolve(role, r), 0)
+    keys = {r.messages[-1]["content"]: sample_cache_key(cache_identity(role), r, client.resolve(role, r), 0)
             for r in requests}
     stored = LLMCache(config.cache_path).get_many(list(keys.values()))
     assert keys["bad"] not in stored
@@ -158,7 +159,7 @@ def test_backend_returning_too_few_samples_is_an_error_not_a_short_result(config
     assert res.error is not None and "1 of 2" in res.error
     role = config.role("generator")
     request = req("two please", n=2)
-    keys = [sample_cache_key(role.identity(), request, client.resolve(role, request), i) for i in range(2)]
+    keys = [sample_cache_key(cache_identity(role), request, client.resolve(role, request), i) for i in range(2)]
     assert LLMCache(config.cache_path).get_many(keys) == {}
 
 

@@ -2,16 +2,17 @@
 
 import json
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import jsonschema
 import pytest
 
-from dagster_project.llm.chat import ChatRequest, sample_cache_key
 from dagster_project.config import parse_params
 from dagster_project.llm.backends.openai import retry_after_s
+from dagster_project.llm.chat import ChatRequest, sample_cache_key
 from dagster_project.llm.client import LLMClient
+from dagster_project.llm.identity import cache_identity
 from dagster_project.llm.plan import Planner, placeholder
 
 SCORE_SCHEMA = {"type": "object", "properties": {"score": {"type": "integer", "minimum": 1, "maximum": 5}},
@@ -47,7 +48,7 @@ def test_planning_client_counts_cached_and_new_calls_without_a_backend(tmp_path)
             ChatRequest.of([{"role": "user", "content": "y" * 40}], "p@1", max_tokens=10)]
     # one sample is already in the cache: it is free in the plan
     real = LLMClient(cfg, backends={"openai": lambda c: (_ for _ in ()).throw(AssertionError("no backend"))})
-    key = sample_cache_key(cfg.role("judge").identity(), reqs[1], real.resolve(cfg.role("judge"), reqs[1]), 0)
+    key = sample_cache_key(cache_identity(cfg.role("judge")), reqs[1], real.resolve(cfg.role("judge"), reqs[1]), 0)
     real.cache.put_many([(key, "m", "cached reply", 12, 3)])
 
     planner = Planner()
@@ -96,5 +97,5 @@ def test_retry_after_seconds_and_http_date():
     assert retry_after_s(_Err("1000")) == 60.0  # capped
     assert retry_after_s(_Err(None)) == 0.0 and retry_after_s(ValueError("no response")) == 0.0
     assert retry_after_s(_Err("soon")) == 0.0
-    when = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=30), usegmt=True)
+    when = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
     assert 25 <= retry_after_s(_Err(when)) <= 31

@@ -20,11 +20,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from dagster_project.llm.chat import ChatRequest, sample_cache_key
 from dagster_project.config import RoleConfig, parse_params
 from dagster_project.llm.backends.base import Job
 from dagster_project.llm.backends.openai import OpenAIBackend
+from dagster_project.llm.chat import ChatRequest, sample_cache_key
 from dagster_project.llm.client import LLMClient
+from dagster_project.llm.identity import cache_identity
 
 
 @dataclass
@@ -229,7 +230,7 @@ def test_a_slow_request_does_not_hold_back_the_others_or_their_commits(fake, tmp
             committed_while_slow_ran.append(len(client.cache.get_many(all_keys)))
 
     cfg = client.config.role("judge")
-    all_keys = [sample_cache_key(cfg.identity(), r, client.resolve(cfg, r), 0) for r in requests]
+    all_keys = [sample_cache_key(cache_identity(cfg), r, client.resolve(cfg, r), 0) for r in requests]
     out = client.chat("judge", requests, progress)
     assert all(r.error is None for r in out) and out[0].texts == ["slow 0|seed=0|0"]
     slow_end = fake.events.index(("end", "slow 0"))

@@ -1,6 +1,7 @@
 """LLMTask: JSON recovery, reply-model validation (the words the tables use), outcomes per sample, input errors,
 lenient repair, and the reply schema the backends get."""
 
+import dataclasses
 import json
 
 import pytest
@@ -181,3 +182,17 @@ def test_a_reply_cut_off_at_max_tokens_says_so():
     broken, whole = TASK.outcomes("x", req, cut)
     assert broken.status is Status.PARSE_ERROR and broken.error.startswith("truncated: cut off at max_tokens")
     assert whole.ok  # a reply that is complete although it used every token is still usable
+
+
+def test_a_free_text_reply_cut_off_at_max_tokens_is_a_parse_error_unless_the_task_accepts_it():
+    cut = ChatResult(texts=["The answer is: first you take the", "The answer is: done."], truncated=[True, False],
+                     model="m")
+    free = LLMTask("rate_single_turn", role="judge")
+    req = free.request({"query": "q", "subtype_name": "s", "definition": "d", "clarifying_question": "c"}, n=2)
+    broken, whole = free.outcomes("x", req, cut)
+    assert broken.status is Status.PARSE_ERROR and broken.error == "truncated: cut off at max_tokens"
+    assert broken.value is None and broken.raw_output == cut.texts[0]  # kept raw for inspection
+    assert whole.ok and whole.value == "The answer is: done."
+    # a protocol reply is decided by its opening words: the step may accept a cut-off tail
+    lenient = dataclasses.replace(free, accept_truncated=True)
+    assert [o.ok for o in lenient.outcomes("x", req, cut)] == [True, True]

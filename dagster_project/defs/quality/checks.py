@@ -6,6 +6,10 @@ A suite file names its asset, whether the check blocks downstream assets, and a 
 Kwargs may reference params.yaml values as "${section.key}", and "${statuses}" is the one list of LLM row
 statuses (llm.task.Status); inside a list it is spliced in (`["${statuses}", skipped]`). A suite whose `asset` is `*/*_rejected` is a template: it checks every quarantine
 table (io.records.Quarantine) of the graph.
+
+Every check also holds the asset to `quality.max_error_rate` per partition (its Parquet rows' `status`) and
+per role (the `<role>_llm_requests` / `<role>_llm_errors` metadata of each partition's latest materialization):
+an endpoint that is down for one method or one role fails the check even when the whole table's rate is low.
 """
 
 
@@ -25,13 +29,20 @@ import polars as pl
 import yaml
 
 from dagster_project.config import Params
-from dagster_project.lib.warehouse import ASSETS_DIR, asset_path, read_asset
-from dagster_project.llm.task import STATUSES
+from dagster_project.lib.warehouse import (
+    ASSETS_DIR,
+    asset_path,
+    partition_dir,
+    partition_files,
+    read_asset,
+)
+from dagster_project.llm.task import STATUSES, Status
 
 SUITES_DIR = Path(__file__).resolve().parents[3] / "expectations"
 CONSTANTS: dict[str, Any] = {"statuses": list(STATUSES)}
 TEMPLATE = "*/*_rejected"
 _REF = re.compile(r"^\$\{([\w.]+)\}$")
+_ROLE_ERRORS = re.compile(r"^(.+)_llm_errors$")
 
 
 @dataclass(frozen=True)
@@ -135,17 +146,62 @@ def validate_frame(df: pl.DataFrame, suite: Suite, params: Params) -> tuple[bool
     return passed, results
 
 
+def partition_error_counts(base: str | Path, group: str, asset: str) -> dict[str, tuple[int, int]]:
+    """partition -> (llm_error rows, rows) for each stored partition of an asset with a `status` column."""
+    counts: dict[str, tuple[int, int]] = {}
+    folder = partition_dir(base, group, asset)
+    for f in partition_files(base, group, asset):
+        if "status" in pl.read_parquet_schema(f):
+            status = pl.read_parquet(f, columns=["status"])["status"]
+            counts[f.relative_to(folder).with_suffix("").as_posix()] = (
+                int((status == Status.LLM_ERROR.value).sum()), status.len())
+    return counts
+
+
+def role_error_counts(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[str, tuple[int, int]]:
+    """'<partition>: <role>' (or '<role>') -> (failed requests, requests), from each partition's latest
+    materialization metadata (LLMSession.usage())."""
+    latest: dict[str | None, dict[str, Any]] = {}
+    for rec in instance.fetch_materializations(key, limit=10_000).records:  # newest first
+        if rec.partition_key not in latest and rec.asset_materialization is not None:
+            latest[rec.partition_key] = rec.asset_materialization.metadata
+    counts: dict[str, tuple[int, int]] = {}
+    for partition, meta in latest.items():
+        for name, errors in meta.items():
+            if (m := _ROLE_ERRORS.match(name)) and f"{m.group(1)}_llm_requests" in meta:
+                label = f"{partition}: {m.group(1)}" if partition else m.group(1)
+                counts[label] = (int(_value(errors)), int(_value(meta[f"{m.group(1)}_llm_requests"])))
+    return counts
+
+
+def _value(v: Any) -> Any:
+    return getattr(v, "value", v)
+
+
+def error_budget(counts: dict[str, tuple[int, int]], max_rate: float) -> dict[str, Any]:
+    """One check result: passes when no group's error share exceeds max_rate; names the groups that do."""
+    over = {g: {"errors": e, "of": n, "rate": round(e / n, 4)} for g, (e, n) in sorted(counts.items())
+            if n and e / n > max_rate}
+    return {"success": not over, "groups": len(counts), "max_error_rate": max_rate, "over_budget": over}
+
+
 def _make_check(suite: Suite) -> dg.AssetChecksDefinition:
     key = dg.AssetKey([suite.group, suite.asset])
 
     @dg.asset_check(asset=key, name=f"gx_{suite.asset}", blocking=suite.blocking,
                     description=suite.description or f"Great Expectations suite for {suite.group}.{suite.asset}")
-    def _check(params: dg.ResourceParam[Params]) -> dg.AssetCheckResult:
+    def _check(context: dg.AssetCheckExecutionContext, params: dg.ResourceParam[Params]) -> dg.AssetCheckResult:
         path = asset_path(ASSETS_DIR, suite.group, suite.asset)
         frame = read_asset(ASSETS_DIR, suite.group, suite.asset)  # a file, or all partitions of one
         if frame is None:
             return dg.AssetCheckResult(passed=False, metadata={"error": f"{path} not found"})
         ok, results = validate_frame(frame, suite, params)
+        budgets = {"error budget per partition": partition_error_counts(ASSETS_DIR, suite.group, suite.asset),
+                   "error budget per role": role_error_counts(context.instance, key)}
+        for label, counts in budgets.items():
+            if counts:
+                results[label] = error_budget(counts, params.quality.max_error_rate)
+                ok &= results[label]["success"]
         failed = [k for k, v in results.items() if not v["success"]]
         return dg.AssetCheckResult(
             passed=ok, severity=dg.AssetCheckSeverity.ERROR,

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import threading
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from dagster_project.config import RoleConfig
 from dagster_project.llm.backends.base import Job, JobOutput, short_error
@@ -32,8 +36,32 @@ def resolve_gguf(model: str) -> Path:
     return path
 
 
+@lru_cache(maxsize=128)
+def compact_grammar(schema_json: str) -> str:
+    """GBNF for a JSON schema with no whitespace between JSON tokens (llama-cpp-python's converter allows an
+    optional space after every token): a sample cannot spend its max_tokens on layout."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    gbnf = json_schema_to_gbnf(schema_json)
+    return re.sub(r"^space ::= .*$", 'space ::= ""', gbnf, count=1, flags=re.MULTILINE)
+
+
+def grammar_kwargs(schema: dict[str, Any] | None) -> dict[str, Any]:
+    """create_chat_completion's constraint for a schema: the compact grammar, or llama-cpp-python's own
+    schema handling where the converter cannot express the schema."""
+    if not schema:
+        return {}
+    from llama_cpp import LlamaGrammar
+
+    try:
+        return {"grammar": LlamaGrammar.from_string(compact_grammar(json.dumps(schema, sort_keys=True)),
+                                                    verbose=False)}
+    except Exception:  # noqa: BLE001 - the converter raises assorted errors on schemas it cannot express
+        return {"response_format": {"type": "json_object", "schema": schema}}
+
+
 class LlamaCppBackend:
-    """In-process llama.cpp on CPU; JSON schemas become grammars, so even a 135M model returns valid JSON."""
+    """In-process llama.cpp on CPU; JSON schemas become compact grammars, so even a 135M model returns valid JSON."""
 
     chunk_size = 4
     _lock = threading.Lock()
@@ -49,14 +77,14 @@ class LlamaCppBackend:
 
     def _one(self, job: Job) -> JobOutput:
         out = JobOutput()
-        fmt = {"type": "json_object", "schema": job.json_schema} if job.json_schema else None
         try:
+            constraint = grammar_kwargs(job.json_schema)
             for idx in job.sample_indices:
                 with self._lock:
                     r = self.llm.create_chat_completion(
                         messages=list(job.messages), temperature=job.sampling["temperature"],
                         top_p=job.sampling["top_p"], max_tokens=job.sampling["max_tokens"],
-                        seed=job.sampling["seed"] + idx, response_format=fmt)
+                        seed=job.sampling["seed"] + idx, **constraint)
                 out.texts.append(r["choices"][0]["message"]["content"] or "")
                 out.truncated.append(r["choices"][0].get("finish_reason") == "length")
                 out.tokens_in += r["usage"]["prompt_tokens"]

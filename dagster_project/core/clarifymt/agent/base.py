@@ -20,7 +20,8 @@ from dagster_project.llm.protocol import parse_decision
 from dagster_project.llm.task import Chat, LLMTask, Status
 
 METHOD = "base"
-BASE = LLMTask("evaluate_base", role="subject", sampling={"temperature": 0.0})
+# the protocol decides on the opening words, so a reply cut off at max_tokens still counts (llm/task.py)
+BASE = LLMTask("evaluate_base", role="subject", sampling={"temperature": 0.0}, accept_truncated=True)
 
 
 def base_messages(history: Sequence[Message], task: LLMTask = BASE) -> list[Message]:

@@ -23,7 +23,8 @@ from dagster_project.llm.protocol import Decision, parse_decision
 from dagster_project.llm.task import Answer, Chat, LLMTask
 
 METHOD = "cot"
-COT = LLMTask("evaluate_cot", role="subject", sampling={"temperature": 0.0})
+# the last protocol line decides; a reply cut off after it still counts (llm/task.py)
+COT = LLMTask("evaluate_cot", role="subject", sampling={"temperature": 0.0}, accept_truncated=True)
 
 
 def final_decision(text: str | None) -> tuple[Decision, str]:

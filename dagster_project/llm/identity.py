@@ -1,0 +1,79 @@
+"""Who answers a role, for the cache key: backend + model + endpoint (URL) or model-file fingerprint.
+
+A reply is served from the cache only to the same backend and model at the same endpoint (openai: the
+base URL; llamacpp and vLLM from a local path: a fingerprint of the weights), so a different server or
+model file never receives another's replies. Roles that set the same `cache_namespace` share replies
+deliberately (e.g. one vLLM model behind two URLs). Never includes the API key or timeouts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from dagster_project.config import RoleConfig
+
+KEY_VERSION = 2  # 1: (backend, model) only, before the endpoint entered the key
+_SAMPLE_BYTES = 1 << 20  # hashed from each end of a weights file
+
+
+def cache_identity(cfg: RoleConfig) -> dict[str, str]:
+    """The model identity that enters every cache key of this role (see module docstring)."""
+    if cfg.cache_namespace:
+        return {"model": cfg.model, "namespace": cfg.cache_namespace}
+    ident = {"backend": cfg.backend, "model": cfg.model}
+    if cfg.backend == "openai":
+        return ident | {"endpoint": normalize_url(cfg.base_url or "")}
+    if cfg.backend == "llamacpp":
+        return ident | {"model_file": _gguf_fingerprint(cfg.model)}
+    local = Path(cfg.model).expanduser()
+    return ident | {"model_file": fingerprint(local)} if local.exists() else ident
+
+
+def normalize_url(url: str) -> str:
+    """Scheme and host lower-cased, user info, query and trailing slash dropped: one endpoint, one spelling."""
+    parts = urlsplit(url.strip())
+    host = (parts.hostname or "").lower()
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme.lower(), netloc, parts.path.rstrip("/"), "", ""))
+
+
+def _gguf_fingerprint(model: str) -> str:
+    try:
+        return fingerprint(_gguf_path(model))
+    except OSError:  # FileNotFoundError included
+        return "missing"  # the backend will fail these rows; a later real file gets its own keys
+
+
+@lru_cache(maxsize=32)
+def _gguf_path(model: str) -> Path:
+    """resolve_gguf once per process (an alias searches its package); a failure is not remembered."""
+    from dagster_project.llm.backends.llamacpp import resolve_gguf
+
+    return resolve_gguf(model)
+
+
+def fingerprint(path: Path) -> str:
+    """Content fingerprint of a weights file or folder: size + sha256 of its first and last MiB per file.
+
+    Computed once per process per (path, size, mtime), so a run pays a few MiB of reads, not the whole file."""
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    h = hashlib.sha256()
+    for f in files:
+        st = f.stat()
+        h.update(f"{f.relative_to(path) if path.is_dir() else ''}:{_file_digest(f.resolve(), st.st_size, st.st_mtime_ns)}"
+                 .encode())
+    return h.hexdigest()[:32]
+
+
+@lru_cache(maxsize=256)
+def _file_digest(path: Path, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256(str(size).encode())
+    with path.open("rb") as fh:
+        h.update(fh.read(_SAMPLE_BYTES))
+        if size > _SAMPLE_BYTES:
+            fh.seek(max(size - _SAMPLE_BYTES, _SAMPLE_BYTES))
+            h.update(fh.read(_SAMPLE_BYTES))
+    return h.hexdigest()
