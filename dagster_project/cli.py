@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dagster_project.config import ParamsError, load_params
-from dagster_project.lib.warehouse import ASSETS_DIR, WAREHOUSE, connect_readonly, rebuild_views
+from dagster_project.lib.warehouse import ASSETS_DIR, WAREHOUSE, connect_readonly, query_only, rebuild_views
 
 app = typer.Typer(help="clarify-pipeline: SQL over the warehouse, run summaries, environment checks.",
                   no_args_is_help=True, add_completion=False)
@@ -42,10 +42,12 @@ def _flat(df):
 @app.command()
 def sql(query: str, db: str = typer.Option(WAREHOUSE, help="DuckDB file (opened read-only)"),
         csv: bool = typer.Option(False, help="print CSV instead of a table")) -> None:
-    """Run a read-only SQL query over the asset views, e.g. select * from benchmark.persona_dialogues."""
+    """Run one read-only query over the asset views, e.g. select * from benchmark.persona_dialogues.
+
+    Only SELECT-type statements; files outside assets/ are unreachable and no extension is loaded."""
     try:
         with connect_readonly(db) as con:
-            df = con.sql(query).pl()
+            df = con.sql(query_only(query)).pl()
     except Exception as err:  # noqa: BLE001 - show the DuckDB message, not a traceback
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(1) from None

@@ -89,10 +89,34 @@ def rebuild_views(base: str | Path = ASSETS_DIR, db_path: str | Path = WAREHOUSE
     return sorted(found)
 
 
-def connect_readonly(db_path: str | Path = WAREHOUSE) -> duckdb.DuckDBPyConnection:
+def connect_readonly(db_path: str | Path = WAREHOUSE, assets_dir: str | Path = ASSETS_DIR) -> duckdb.DuckDBPyConnection:
+    """The warehouse opened read-only and sandboxed: files are reachable only below ``assets_dir`` (the views'
+    Parquet), no extension is installed or loaded, and the configuration is locked so a query cannot undo it."""
     if not Path(db_path).exists():
         raise FileNotFoundError(f"{db_path} does not exist yet: run `make demo` or materialize some assets first")
-    return duckdb.connect(str(db_path), read_only=True)
+    con = duckdb.connect(str(db_path), read_only=True,
+                         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                                 "allow_community_extensions": False})
+    # allowed_directories can only be set once the database runs, and must be set before external access is off
+    con.execute("SET allowed_directories = ?", [[str(Path(assets_dir).resolve()) + os.sep]])
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def query_only(sql: str) -> str:
+    """``sql`` if it is exactly one SELECT statement (DuckDB's own parser decides), else ValueError: COPY TO
+    could still write into the allowed assets folder, and every other statement type changes state."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as err:
+        raise ValueError(str(err)) from None
+    if len(statements) != 1:
+        raise ValueError(f"expected exactly one query, got {len(statements)} statements")
+    kind = statements[0].type
+    if kind != duckdb.StatementType.SELECT:
+        raise ValueError(f"only queries (SELECT, FROM, WITH, DESCRIBE, SHOW) are allowed, not {kind.name}")
+    return sql
 
 
 class WarehouseIOManager(dg.ConfigurableIOManager):
