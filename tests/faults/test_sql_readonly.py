@@ -9,7 +9,13 @@ import pytest
 from typer.testing import CliRunner
 
 from dagster_project.cli import app
-from dagster_project.lib.warehouse import connect_readonly, partition_path, query_only, rebuild_views, write_parquet_atomic
+from dagster_project.lib.warehouse import (
+    connect_readonly,
+    partition_path,
+    query_only,
+    rebuild_views,
+    write_parquet_atomic,
+)
 
 TAXONOMY = Path("assets/benchmark/taxonomy.parquet")
 
