@@ -12,10 +12,12 @@ from rich.console import Console
 from rich.table import Table
 
 from dagster_project.config import ParamsError, load_params
+from dagster_project.lib.runs import process_tags, sweep_orphaned_runs
 from dagster_project.lib.warehouse import (
     ASSETS_DIR,
     WAREHOUSE,
     connect_readonly,
+    prune_stale,
     query_only,
     rebuild_views,
 )
@@ -115,7 +117,7 @@ def materialize_group(defs, group: str, instance, partitions: list[str] | None =
         for pk in runs:
             t0 = time.monotonic()
             result = job.execute_in_process(asset_selection=keys, partition_key=pk, instance=instance,
-                                            raise_on_error=False)
+                                            raise_on_error=False, tags=process_tags())
             say(f"{names}{f' [{pk}]' if pk else ''}: {'ok' if result.success else 'FAILED'} "
                 f"({time.monotonic() - t0:.1f}s)")
             results.append(result)
@@ -165,15 +167,26 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
 
     from dagster_project.definitions import defs
 
+    whole_group = not partition
     partition = partition or _default_partitions(group, params)
+    started = time.time()
     with dg.DagsterInstance.get() as instance:
+        for run_id in sweep_orphaned_runs(instance):
+            console.print(f"run {run_id}: its process is gone, marked failed", style="yellow", markup=False)
         try:
             results = materialize_group(defs, group, instance, partition,
                                         say=lambda m: console.print(m, markup=False, highlight=False))
         except ValueError as err:
             console.print(str(err), style="red", markup=False)
             raise typer.Exit(2) from None
-    raise typer.Exit(0 if results and all(r.success for r in results) else 1)
+    ok = bool(results) and all(r.success for r in results)
+    if ok and whole_group:
+        stale = prune_stale(group, started)
+        if stale:
+            console.print(f"{group}: removed {len(stale)} stale file(s) this run did not write: "
+                          f"{', '.join(str(p) for p in stale[:5])}{' ...' if len(stale) > 5 else ''}",
+                          markup=False, highlight=False)
+    raise typer.Exit(0 if ok else 1)
 
 
 @app.command()
