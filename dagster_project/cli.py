@@ -174,7 +174,8 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
 
     from dagster_project.definitions import defs
 
-    whole_group = not partition
+    # prune only after a run of everything the group holds: not with --partition, nor with logs' date window
+    whole_group = not partition and not (group == "logs" and (p.logs.date_from or p.logs.date_to))
     partition = partition or _default_partitions(group, params)
     started = time.time()
     with dg.DagsterInstance.get() as instance:

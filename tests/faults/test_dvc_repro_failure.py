@@ -19,8 +19,10 @@ TAXONOMY = Path("assets/benchmark/taxonomy.parquet")
 
 
 def env(project: Path) -> dict[str, str]:
+    """project_support's environment, plus the project's own copy of the code first on the path."""
     return {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(Path.home()), "DVC_NO_ANALYTICS": "1",
-            "GX_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1", "DAGSTER_HOME": str(project / ".dagster")}
+            "GX_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1", "DAGSTER_HOME": str(project / ".dagster"),
+            "PYTHONPATH": str(project)}
 
 
 def set_param(project: Path, key: str, value) -> None:
@@ -35,7 +37,9 @@ def outputs(project: Path) -> dict[str, bytes]:
 
 
 def readable(project: Path) -> list[str]:
-    out = run([str(BIN / "clarify"), "sql", "--csv", "select label from benchmark.taxonomy order by 1"], project)
+    out = subprocess.run([str(BIN / "clarify"), "sql", "--csv", "select label from benchmark.taxonomy order by 1"],
+                         cwd=project, env=env(project), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout.split()[1:]
 
 
