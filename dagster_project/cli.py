@@ -192,7 +192,7 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
         stale = prune_stale(group, started)
         if stale:
             console.print(f"{group}: removed {len(stale)} stale file(s) this run did not write: "
-                          f"{', '.join(str(p) for p in stale[:5])}{' ...' if len(stale) > 5 else ''}",
+                          f"{', '.join(str(f) for f in stale[:5])}{' ...' if len(stale) > 5 else ''}",
                           markup=False, highlight=False)
     raise typer.Exit(0 if ok else 1)
 
