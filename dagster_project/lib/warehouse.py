@@ -89,10 +89,65 @@ def rebuild_views(base: str | Path = ASSETS_DIR, db_path: str | Path = WAREHOUSE
     return sorted(found)
 
 
-def connect_readonly(db_path: str | Path = WAREHOUSE) -> duckdb.DuckDBPyConnection:
+def prune_stale(group: str, since: float, base: str | Path = ASSETS_DIR, db_path: str | Path = WAREHOUSE) -> list[Path]:
+    """After a complete run of ``group``: delete every file of assets/<group>/ not written since ``since`` (an
+    epoch time), empty folders, and the views left without files. DVC keeps the group's folder in place
+    (``persist: true``) so a failed or killed run leaves the last good outputs; this removes what a finished run
+    no longer produces (dropped partitions, renamed assets, old exports). Returns the deleted files."""
+    folder = Path(base) / group
+    if not folder.is_dir():
+        return []
+    stale = sorted(p for p in folder.rglob("*") if (p.is_file() or p.is_symlink()) and p.lstat().st_mtime < since)
+    for path in stale:
+        path.unlink()
+    for sub in sorted((d for d in folder.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True):
+        if not any(sub.iterdir()):
+            sub.rmdir()
+    if stale and Path(db_path).exists():
+        _drop_orphan_views(db_path, group, base)
+    return stale
+
+
+@retry(retry=retry_if_exception_type(duckdb.IOException), stop=stop_after_delay(60),
+       wait=wait_exponential(max=2), reraise=True)
+def _drop_orphan_views(db_path: str | Path, group: str, base: str | Path) -> None:
+    """Drop the views of ``group`` whose Parquet file or partition folder is gone."""
+    with duckdb.connect(str(db_path)) as con:
+        names = [r[0] for r in con.execute("select view_name from duckdb_views() where schema_name = ? "
+                                           "and not internal", [group]).fetchall()]
+        for name in names:
+            if not asset_path(base, group, name).exists() and not partition_files(base, group, name):
+                con.execute(f'DROP VIEW "{group}"."{name}"')
+
+
+def connect_readonly(db_path: str | Path = WAREHOUSE, assets_dir: str | Path = ASSETS_DIR) -> duckdb.DuckDBPyConnection:
+    """The warehouse opened read-only and sandboxed: files are reachable only below ``assets_dir`` (the views'
+    Parquet), no extension is installed or loaded, and the configuration is locked so a query cannot undo it."""
     if not Path(db_path).exists():
         raise FileNotFoundError(f"{db_path} does not exist yet: run `make demo` or materialize some assets first")
-    return duckdb.connect(str(db_path), read_only=True)
+    con = duckdb.connect(str(db_path), read_only=True,
+                         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                                 "allow_community_extensions": False})
+    # allowed_directories can only be set once the database runs, and must be set before external access is off
+    con.execute("SET allowed_directories = ?", [[str(Path(assets_dir).resolve()) + os.sep]])
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def query_only(sql: str) -> str:
+    """``sql`` if it is exactly one SELECT statement (DuckDB's own parser decides), else ValueError: COPY TO
+    could still write into the allowed assets folder, and every other statement type changes state."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as err:
+        raise ValueError(str(err)) from None
+    if len(statements) != 1:
+        raise ValueError(f"expected exactly one query, got {len(statements)} statements")
+    kind = statements[0].type
+    if kind != duckdb.StatementType.SELECT:
+        raise ValueError(f"only queries (SELECT, FROM, WITH, DESCRIBE, SHOW) are allowed, not {kind.name}")
+    return sql
 
 
 class WarehouseIOManager(dg.ConfigurableIOManager):

@@ -82,6 +82,9 @@ class Planner:
 
     def __init__(self) -> None:
         self.plans: dict[tuple[str, str, str], RolePlan] = {}
+        # placeholders already given, by cache key: a real run caches its first reply, so a later call with the
+        # same key is a cache hit there and must be one here (same reply, not counted again)
+        self.answered: dict[str, str] = {}
 
     def count(self, role: str, cfg: RoleConfig, requests: list[ChatRequest], results: list[ChatResult],
               tag: str) -> None:
@@ -95,20 +98,27 @@ class Planner:
 
     def answer(self, role: str, cfg: RoleConfig, jobs: list[Job], keys: list[list[str]], tag: str) -> list[list[str]]:
         plan = self._plan(role, cfg)
-        answers = []
+        answers, new = [], {}
         for job, job_keys in zip(jobs, keys, strict=True):
             prompt_tokens = sum(len(m.get("content") or "") for m in job.messages) // CHARS_PER_TOKEN + 4
-            texts = []
+            texts, k = [], 0
             for idx in job.sample_indices:
-                value = placeholder(job.json_schema, random.Random(job_keys[idx]))
+                key = job_keys[idx]
+                if key in self.answered:  # answered by an earlier call: the real run reads it from its cache
+                    texts.append(self.answered[key])
+                    plan.cached_samples += 1
+                    continue
+                value = placeholder(job.json_schema, random.Random(key))
                 texts.append(json.dumps(value) if job.json_schema else f"The answer is {value}.")
+                new[key] = texts[-1]
+                k += 1
             answers.append(texts)
-            k = len(job.sample_indices)
             plan.new_samples += k
             plan.est_tokens_in += prompt_tokens * k
             plan.max_tokens_out += job.sampling["max_tokens"] * k
             plan.est_cost_usd += (prompt_tokens * k * cfg.price_in_per_mtok
                                   + job.sampling["max_tokens"] * k * cfg.price_out_per_mtok) / 1e6
+        self.answered |= new  # only after the call: duplicates within one call are all sent by a real run too
         return answers
 
     def _plan(self, role: str, cfg: RoleConfig) -> RolePlan:

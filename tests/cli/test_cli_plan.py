@@ -27,3 +27,24 @@ def test_plan_benchmark_group_counts_calls_and_writes_nothing(tmp_path, monkeypa
     assert "total: 8 LLM calls to make" in result.output.replace("\n", " ")
     assert not (tmp_path / "assets").exists()
     assert LLMCache(tmp_path / ".cache" / "llm_cache.sqlite").stats()["entries"] == 0
+
+
+def test_plan_counts_a_repeated_call_once_as_the_real_run_does(tmp_path):
+    """A real run caches its first reply, so the same call later is a cache hit; the plan must not count it
+    again. Duplicates inside one batch are all sent by a real run, so they all count."""
+    from dagster_project.config import LLMConfig
+    from dagster_project.llm.chat import ChatRequest
+    from dagster_project.llm.client import LLMClient
+    from dagster_project.llm.plan import Planner
+
+    planner = Planner()
+    client = LLMClient(LLMConfig(cache_path=str(tmp_path / "cache.sqlite")), dry_run=planner)
+    ask = ChatRequest.of([{"role": "user", "content": "Which bank?"}], max_tokens=8)
+    other = ChatRequest.of([{"role": "user", "content": "Which river?"}], max_tokens=8)
+    first = client.chat("judge", [ask, ask])
+    again = client.chat("judge", [ask, other])
+    [plan] = planner.summary()
+    assert (plan.requests, plan.samples, plan.new_samples, plan.cached_samples) == (4, 4, 3, 1)
+    assert again[0].texts == first[0].texts  # the reply the real run would read back from its cache
+    assert plan.max_tokens_out == 3 * 8
+    assert LLMCache(tmp_path / "cache.sqlite").stats()["entries"] == 0  # placeholders are never cached

@@ -1,0 +1,102 @@
+"""Checks made before anything runs, each problem named by its params key: every input file the params point
+at, where the LLM cache would be created, each role's model or endpoint. Used by `clarify doctor` (all groups) and `clarify materialize`
+(its group). Nothing here creates or writes a file."""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from dagster_project.config import Params, RoleConfig
+
+GLOB_CHARS = frozenset("*?[")
+
+
+def input_paths(p: Params) -> list[tuple[str, str, str]]:
+    """(group, dotted params key, path or glob) of every input file the params name; unset optional ones left out."""
+    out = [("benchmark", "benchmark.annotations_path", p.benchmark.annotations_path)]
+    out += [("evaluation", f"evaluation.external.{name}.path", ds.path) for name, ds in p.evaluation.external.items()]
+    out += [("logs", f"logs.paths[{i}]", v) for i, v in enumerate(p.logs.paths)]
+    out += [("questions", "questions.personas_path", p.questions.personas_path)]
+    out += [("questions", f"questions.seed_files[{i}]", v) for i, v in enumerate(p.questions.seed_files)]
+    out += [("double_turn", f"double_turn.inputs[{i}].path", x.path) for i, x in enumerate(p.double_turn.inputs)]
+    out += [("retrieval", f"retrieval.{k}", getattr(p.retrieval, k)) for k in ("qa_path", "documents_path", "qrels_path")]
+    out += [("intents", f"intents.{k}", getattr(p.intents, k))
+            for k in ("dataset", "catalog", "few_shot", "ambiguous_dataset")]
+    return [(group, key, value) for group, key, value in out if value]
+
+
+def input_problems(p: Params, group: str | None = None) -> list[str]:
+    """One line per missing input (of ``group``, or of every group): the params key, the path, what is wrong.
+    A glob may match nothing as long as the list it belongs to (e.g. logs.paths) matches some file."""
+    problems: list[str] = []
+    lists: dict[str, list[tuple[str, str]]] = {}
+    for owner, key, value in input_paths(p):
+        if group is not None and owner != group:
+            continue
+        if GLOB_CHARS & set(value):
+            lists.setdefault(key.split("[")[0], []).append((key, value))
+        elif not Path(value).exists():
+            problems.append(f"{key}: {value} not found")
+        elif not Path(value).is_file():
+            problems.append(f"{key}: {value} is not a file")
+    for key, patterns in lists.items():
+        if not any(Path(f).is_file() for _, pattern in patterns for f in glob.glob(pattern, recursive=True)):
+            problems.append(f"{key}: no file matches {[pattern for _, pattern in patterns]}")
+    return problems
+
+
+def cache_problem(cache_path: str | Path) -> str | None:
+    """Why the LLM cache cannot live at ``cache_path`` (llm.cache_path), or None; creates no folder."""
+    path = Path(cache_path)
+    if path.exists():
+        return None if path.is_file() else f"llm.cache_path: {path} exists and is not a file"
+    ancestor = path.parent.absolute()
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"llm.cache_path: {path} cannot be created: {ancestor} is a file"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"llm.cache_path: {path} cannot be created: {ancestor} is not writable"
+    return None
+
+
+def role_check(cfg: RoleConfig, timeout_s: float) -> tuple[str, str | None]:
+    """(what was found, the problem or None) for one role's model: the GGUF file, the vllm package, or the
+    endpoint (GET /models within ``timeout_s``; a missing key or an HTTP 401/403 is a problem). Never shows a key."""
+    if cfg.backend == "llamacpp":
+        from dagster_project.llm.backends.llamacpp import resolve_gguf
+
+        if importlib.util.find_spec("llama_cpp") is None:
+            return "llama_cpp not installed", "llama-cpp-python is not installed (make install)"
+        try:
+            path = resolve_gguf(cfg.model)
+        except FileNotFoundError as err:
+            return "GGUF file missing", str(err)
+        return f"GGUF file {path.name} ({path.stat().st_size / 1e6:.0f} MB)", None
+    if cfg.backend == "vllm":
+        where = "local folder" if Path(cfg.model).is_dir() else "model id (vLLM loads it at start)"
+        if importlib.util.find_spec("vllm") is None:
+            return f"vllm not installed here; {where}", "vllm is not installed (pip install '.[gpu]')"
+        return f"vllm installed; {where}", None
+    if importlib.util.find_spec("openai") is None:
+        return "openai not installed", "the openai package is not installed"
+    headers = {}
+    if cfg.api_key_env:
+        if not os.environ.get(cfg.api_key_env):
+            return "no key", f"environment variable {cfg.api_key_env} (api_key_env) is not set"
+        headers["Authorization"] = f"Bearer {os.environ[cfg.api_key_env]}"
+    url = (cfg.base_url or "").rstrip("/") + "/models"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout_s) as r:
+            return f"reachable (GET /models: HTTP {r.status})", None
+    except urllib.error.HTTPError as err:
+        problem = f"{cfg.base_url} refuses the key (HTTP {err.code})" if err.code in (401, 403) else None
+        return f"answers HTTP {err.code} on GET /models", problem
+    except (OSError, ValueError) as err:
+        reason = getattr(err, "reason", None) or err
+        return "unreachable", f"{cfg.base_url} unreachable within {timeout_s:g} s ({type(reason).__name__}: {str(reason)[:80]})"
