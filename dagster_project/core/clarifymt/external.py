@@ -22,9 +22,10 @@ PERSONA_ALIASES = {k: p.key for p in PERSONAS for k in (p.key, p.name.lower(), p
 
 
 def import_dataset(dataset: str, fmt: str, path: str | Path, limit: int | None = None,
-                   clariq_clarify_from: int = 2) -> ImportResult:
-    """Read one external dataset; raises InputFileError only when the file as a whole is unusable."""
-    key = f"evaluation.external.{dataset}"
+                   clariq_clarify_from: int = 2, key: str | None = None) -> ImportResult:
+    """Read one external dataset; raises InputFileError (naming the params `key`) only when the file as a whole
+    is unusable."""
+    key = key or f"evaluation.external.{dataset}"
     if fmt not in FORMATS:
         raise InputFileError(path, f"unknown external format {fmt!r}; known: {list(FORMATS)}", key=f"{key}.format")
     if not Path(path).is_file():
