@@ -113,6 +113,10 @@ class EvaluationConfig(Strict):
     significance_alpha: float = Field(0.05, gt=0.0, lt=1.0)
     judge_per_subtype: int = Field(2, ge=0, description="paper: 30")
     judge_pairs: list[list[MethodName]] = Field(default_factory=list)
+    pairwise_mode: Literal["output", "reference_question"] = Field(
+        "output", description="output: whole replies, no reference (ClariLM §4.6.2); reference_question: "
+                              "questions only, against the reference question")
+    pairwise_items: int = Field(100, ge=0, description="output mode: items per dataset (ClariLM: 100)")
     bertscore: bool = True
     bertscore_layers: int = Field(6, ge=1)
 
