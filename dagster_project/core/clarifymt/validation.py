@@ -4,7 +4,8 @@ The sheet holds a seeded sample of the kept query / clarifying-question pairs wi
 empty columns for two annotators (keep_1, keep_2: keep or remove; rating_1, rating_2: 1-5, optional).
 A filled sheet decides its rows (the removals), gives Cohen's kappa between the annotators and Pearson r
 between the judge's rating and the annotators' mean rating. Rows no sheet decides go through the automatic
-validity filter: prompt echoes, a judge rating under a threshold, and (optionally) an LLM subtype check.
+validity filter: a judge rating under a threshold and (optionally) an LLM subtype check. A query that echoes
+the prompt's frame ("A user asked: ...") is removed on either path.
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ def validate(chat: Chat, rows: pl.DataFrame, cfg: ValidationConfig, sheet: Sheet
     """Every row of single_turn_queries with `valid` and why not; and the summary for the agreement table.
 
     Kept rows the sheet decides take the annotators' decision (path human); every other kept row goes
-    through the automatic filter (path automatic). Rows dedup or a failed call already removed stay
+    through the automatic filter (path automatic); prompt echoes are removed on both paths. Rows dedup or a failed call already removed stay
     invalid with no path. Sheet rows that match no kept query change nothing and are counted."""
     out = rows.with_columns(item_id=pl.col("query").map_elements(item_id, return_dtype=pl.Utf8))
     human = sheet.rows if sheet is not None else pl.DataFrame(schema={"item_id": pl.Utf8, **ANNOTATOR_COLUMNS})
@@ -176,13 +177,14 @@ def validate(chat: Chat, rows: pl.DataFrame, cfg: ValidationConfig, sheet: Sheet
             fits[i], fit_status[i] = f
     out = out.with_columns(fits=pl.Series(fits, dtype=pl.Boolean), fit_status=pl.Series(fit_status, dtype=pl.Utf8))
     echo = pl.col("query").map_elements(is_echo, return_dtype=pl.Boolean)
-    removed = (pl.when(pl.col("validation_path") == "human")
+    # an echoed prompt is a format defect, not a judgement: removed on either path
+    removed = (pl.when(pl.col("validation_path").is_null()).then(None)
+               .when(echo).then(pl.lit("prompt_echo"))
+               .when(pl.col("validation_path") == "human")
                .then(pl.when(pl.col("decision")).then(None).otherwise(pl.lit("human")))
-               .when(pl.col("validation_path") == "automatic")
-               .then(pl.when(echo).then(pl.lit("prompt_echo"))
-                     .when(pl.col("quality") < cfg.min_quality).then(pl.lit("low_rating"))  # null: unrated
-                     .when(~pl.col("fits")).then(pl.lit("off_category"))  # null: unchecked
-                     .otherwise(None)))
+               .when(pl.col("quality") < cfg.min_quality).then(pl.lit("low_rating"))  # null: unrated
+               .when(~pl.col("fits")).then(pl.lit("off_category"))  # null: unchecked
+               .otherwise(None))
     out = out.with_columns(removed_by=removed).with_columns(
         valid=pl.col("validation_path").is_not_null() & pl.col("removed_by").is_null()).drop("decision")
     matched = set(out["item_id"].drop_nulls()) & set(human["item_id"])
