@@ -99,7 +99,8 @@ def test_filled_sheet_round_trip(tmp_path):
     filled = sheet.with_columns(
         keep_1=pl.Series(["keep", "remove", "keep", "keep", "1"]),
         keep_2=pl.Series(["keep", "remove", "remove", "keep", "yes"]),
-        rating_1=pl.Series(["5", "1", "4", "", "4"]), rating_2=pl.Series(["4", "2", "3", "", "5"]))
+        rating_1=pl.Series(["5", "1", "4", "", "4"]), rating_2=pl.Series(["4", "2", "3", "", "5"]),
+        judge_rating=pl.Series([5, 2, 1, 3, 4]))  # an edited rating: this run's rating (4) of the query counts
     # one more row that matches no query of this run: counted, changes nothing
     extra = filled.head(1).with_columns(item_id=pl.lit("000000000000"), query=pl.lit("an old query"))
     path = tmp_path / "filled.csv"
@@ -113,7 +114,8 @@ def test_filled_sheet_round_trip(tmp_path):
     k2 = ["keep", "remove", "remove", "keep", "keep", "keep"]
     assert summary["kappa"] == pytest.approx(cohen_kappa_score(k1, k2))
     assert summary["observed_agreement"] == pytest.approx(5 / 6)
-    judge = [5, 2, 4, 4, 5]  # sheet order: item 0..4 then the extra row (copy of item 0), item 3 unrated
+    # sheet order: items 0..4 then the unmatched extra row (the sheet's rating, 5); item 3 unrated
+    judge = [5, 2, 4, 4, 5]
     human = [4.5, 1.5, 3.5, 4.5, 4.5]
     assert summary["pearson_r"] == pytest.approx(pl.DataFrame({"a": judge, "b": human}).corr()[0, 1])
 
@@ -136,7 +138,7 @@ def test_human_decision(a, b, rule, expected):
 
 def test_agreement_without_ratings_has_no_r():
     s = pl.DataFrame({"item_id": ["a", "b"], "keep_1": [True, False], "keep_2": [True, True],
-                      "rating_1": [None, None], "rating_2": [None, None], "sheet_judge_rating": [4.0, 3.0]},
+                      "rating_1": [None, None], "rating_2": [None, None], "judge_rating": [4.0, 3.0]},
                      schema_overrides={"rating_1": pl.Float64, "rating_2": pl.Float64})
     a = agreement(s)
     assert a["double_annotated"] == 2 and a["pearson_r"] is None and a["observed_agreement"] == 0.5

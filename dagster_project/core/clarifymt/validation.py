@@ -116,17 +116,18 @@ def human_decision(keep_1: bool | None, keep_2: bool | None, on_disagreement: st
 
 
 def agreement(sheet: pl.DataFrame) -> dict[str, Any]:
-    """Cohen's kappa / observed agreement on rows both annotators labelled; Pearson r judge vs mean human rating."""
+    """Cohen's kappa / observed agreement on rows both annotators labelled; Pearson r judge vs mean human rating
+    (`judge_rating`: this run's rating of the matched query, else the sheet's column)."""
     both = sheet.filter(pl.col("keep_1").is_not_null() & pl.col("keep_2").is_not_null())
     out: dict[str, Any] = {"double_annotated": both.height, "observed_agreement": None, "kappa": None}
     if both.height:
         k = cohen_kappa([str(x) for x in both["keep_1"]], [str(x) for x in both["keep_2"]])
         out |= {"observed_agreement": k["observed_agreement"], "kappa": None if k["kappa"] != k["kappa"] else k["kappa"]}
     rated = sheet.with_columns(human=pl.mean_horizontal("rating_1", "rating_2")).filter(
-        pl.col("human").is_not_null() & pl.col("sheet_judge_rating").is_not_null())
+        pl.col("human").is_not_null() & pl.col("judge_rating").is_not_null())
     out |= {"rated": rated.height, "pearson_r": None}
-    if rated.height >= 2 and rated["human"].n_unique() > 1 and rated["sheet_judge_rating"].n_unique() > 1:
-        out["pearson_r"] = float(stats.pearsonr(rated["sheet_judge_rating"], rated["human"]).statistic)
+    if rated.height >= 2 and rated["human"].n_unique() > 1 and rated["judge_rating"].n_unique() > 1:
+        out["pearson_r"] = float(stats.pearsonr(rated["judge_rating"], rated["human"]).statistic)
     return out
 
 
@@ -199,7 +200,10 @@ def validate(chat: Chat, rows: pl.DataFrame, cfg: ValidationConfig, sheet: Sheet
         "valid": int(out["valid"].sum()),
         **{f"removed_{r}": int((out["removed_by"] == r).sum())
            for r in ("human", "prompt_echo", "low_rating", "off_category")},
-        **(agreement(human) if sheet is not None else
+        **(agreement(human.join(out.filter(live).select("item_id", run_rating=pl.col("quality").cast(pl.Float64))
+                                .unique("item_id"), on="item_id", how="left")
+                     .with_columns(judge_rating=pl.coalesce("run_rating", "sheet_judge_rating")))
+           if sheet is not None else
            {"double_annotated": 0, "observed_agreement": None, "kappa": None, "rated": 0, "pearson_r": None}),
     }
     return out, summary
