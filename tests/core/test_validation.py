@@ -48,7 +48,9 @@ def test_item_id_is_stable_over_case_and_spacing():
 @pytest.mark.parametrize("q,echo", [
     ('A user asked: "What can you tell me about bass?"', True), ("User request: book a table", True),
     ("Query: find me a flight", True), ("  a user asks - where is it", True),
-    ("What can you tell me about bass?", False), ("Usernames for my game?", False), ("", False), (None, False)])
+    ("What can you tell me about bass?", True), ("find reviews of laptops by students from germany", True),
+    ("What can you tell me about bass fishing?", False), ("Usernames for my game?", False), ("", False),
+    (None, False)])
 def test_is_echo(q, echo):
     assert is_echo(q) is echo
 

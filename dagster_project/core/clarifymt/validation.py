@@ -21,7 +21,7 @@ from scipy import stats
 
 from dagster_project.config.clarifymt import ValidationConfig
 from dagster_project.core.shared.metrics import cohen_kappa
-from dagster_project.core.shared.taxonomy import SUBTYPE_BY_KEY
+from dagster_project.core.shared.taxonomy import SUBTYPE_BY_KEY, SUBTYPES
 from dagster_project.io.records import Quarantine, read_records
 from dagster_project.llm.task import Chat, LLMTask, Reply, Status
 
@@ -31,6 +31,12 @@ ANNOTATOR_COLUMNS = {"keep_1": pl.Boolean, "keep_2": pl.Boolean, "rating_1": pl.
 # A query that starts like a prompt's frame ("A user asked: ...", "Query: ...") is the template echoed back.
 ECHO = re.compile(r"^\W*(a\s+user\s+(asked|asks|wrote|writes|says|said)|(ambiguous\s+)?(user\s+)?"
                   r"(request|query|question)|user|here\s+is|example|json)\s*[:\-]", re.IGNORECASE)
+def _normal(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+# The generation prompt shows one example request per subtype: a query that is one of them was copied.
+PROMPT_EXAMPLES = frozenset(_normal(s.example) for s in SUBTYPES)
 YES = {"1", "keep", "yes", "y", "true", "k"}
 NO = {"0", "remove", "no", "n", "false", "r", "drop"}
 
@@ -54,8 +60,8 @@ def review_sheet(rows: pl.DataFrame, fraction: float, seed: int) -> pl.DataFrame
 
 
 def is_echo(query: str | None) -> bool:
-    """The generator echoed the prompt's frame instead of writing a request."""
-    return bool(query) and bool(ECHO.match(query))
+    """The generator echoed the prompt (its frame, or the example request it shows) instead of writing one."""
+    return bool(query) and (bool(ECHO.match(query)) or _normal(query) in PROMPT_EXAMPLES)
 
 
 def _keep(value: Any) -> bool | None | str:
