@@ -30,7 +30,7 @@ SHEET_COLUMNS = ["item_id", "query_id", "subtype", "source", "query", "clarifyin
 ANNOTATOR_COLUMNS = {"keep_1": pl.Boolean, "keep_2": pl.Boolean, "rating_1": pl.Float64, "rating_2": pl.Float64}
 # A query that starts like a prompt's frame ("A user asked: ...", "Query: ...") is the template echoed back.
 ECHO = re.compile(r"^\W*(a\s+user\s+(asked|asks|wrote|writes|says|said)|(ambiguous\s+)?(user\s+)?"
-                  r"(request|query|question)|user|here\s+is|example|json)\s*[:\-]", re.IGNORECASE)
+                  r"(request|query|question)|user|here\s+is|example|json)\s*:", re.IGNORECASE)
 def _normal(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
