@@ -49,6 +49,7 @@ def test_item_id_is_stable_over_case_and_spacing():
     ('A user asked: "What can you tell me about bass?"', True), ("User request: book a table", True),
     ("Query: find me a flight", True), ("  a user asks: where is it", True), ("User-friendly apps for kids?", False),
     ("What can you tell me about bass?", True), ("find reviews of laptops by students from germany", True),
+    ("The user assumes context the assistant does not share, so we need a question.", True),
     ("What can you tell me about bass fishing?", False), ("Usernames for my game?", False), ("", False),
     (None, False)])
 def test_is_echo(q, echo):

@@ -35,8 +35,10 @@ def _normal(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 
-# The generation prompt shows one example request per subtype: a query that is one of them was copied.
+# The generation prompt shows each subtype's definition and example request: a query that is the example,
+# or contains the definition, was copied from the prompt.
 PROMPT_EXAMPLES = frozenset(_normal(s.example) for s in SUBTYPES)
+PROMPT_DEFINITIONS = tuple(_normal(s.definition) for s in SUBTYPES)
 YES = {"1", "keep", "yes", "y", "true", "k"}
 NO = {"0", "remove", "no", "n", "false", "r", "drop"}
 
@@ -60,8 +62,12 @@ def review_sheet(rows: pl.DataFrame, fraction: float, seed: int) -> pl.DataFrame
 
 
 def is_echo(query: str | None) -> bool:
-    """The generator echoed the prompt (its frame, or the example request it shows) instead of writing one."""
-    return bool(query) and (bool(ECHO.match(query)) or _normal(query) in PROMPT_EXAMPLES)
+    """The generator echoed the prompt (its frame, or the definition / example request it shows) instead of
+    writing a request."""
+    if not query:
+        return False
+    text = _normal(query)
+    return bool(ECHO.match(query)) or text in PROMPT_EXAMPLES or any(d in text for d in PROMPT_DEFINITIONS)
 
 
 def _keep(value: Any) -> bool | None | str:
