@@ -31,7 +31,7 @@ class ValidationConfig(Strict):
     sheet_fraction: float = Field(0.1, gt=0.0, le=1.0, description="paper: 10% double-annotated")
     sheet_seed: int = 0
     on_disagreement: Literal["remove", "keep"] = "remove"
-    min_quality: int = Field(2, ge=1, le=5, description="automatic: judge rating below this -> removed")
+    min_quality: int = Field(3, ge=1, le=5, description="automatic: judge rating below this -> removed (1: off)")
     subtype_check: bool = True
 
 
