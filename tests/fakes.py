@@ -42,6 +42,8 @@ def schema_responder(job: Job, idx: int) -> str:
                            "explanation": "it has two readings"})
     if "score" in props:
         return json.dumps({"score": 4, "reason": "fine"})
+    if "fits" in props:
+        return json.dumps({"fits": True})
     if "reply_1" in props:
         return json.dumps({"reply_1": "maybe something", "follow_up_question": "Could you be more specific?",
                            "reply_2": "The blue one, on Monday."})

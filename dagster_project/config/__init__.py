@@ -88,8 +88,16 @@ def parse_params(data: dict, source: str = "params.yaml") -> Params:
         raise ParamsError(_describe(err, source)) from None
 
 
-def load_params(path: str | Path = "params.yaml") -> Params:
-    path = Path(path)
+def _merge(base: dict, over: dict) -> dict:
+    """`over` on top of `base`: mappings merge key by key, anything else replaces."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict | None:
+    """A params file; `extends: <file>` (relative to it) reads that file first and overlays this one on it."""
     if not path.exists():
         raise ParamsError(f"{path}: file not found (run from the repo root or set CLARIFY_PARAMS)")
     try:
@@ -98,7 +106,17 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         raise ParamsError(f"{path}: not valid YAML: {err}") from None
     if data is not None and not isinstance(data, dict):
         raise ParamsError(f"{path}: top level must be a mapping, got {type(data).__name__}")
-    return parse_params(data, str(path))
+    if not data or "extends" not in data:
+        return data
+    base = path.parent / str(data.pop("extends"))
+    if base.resolve() in seen:
+        raise ParamsError(f"{path}: extends: {base} makes a cycle")
+    return _merge(_read_yaml(base, (*seen, path.resolve())) or {}, data)
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    path = Path(path)
+    return parse_params(_read_yaml(path), str(path))
 
 
 def default_params_path() -> str:

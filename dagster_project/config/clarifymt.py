@@ -9,6 +9,32 @@ from pydantic import Field, model_validator
 from dagster_project.config.base import Strict
 
 
+class GeneratorShare(Strict):
+    """One generator model of the query pool (paper App. B: GPT-4.1 ~25%, DeepSeek-V3 ~25%, GPT-5 ~45%)."""
+
+    role: str = Field("generator", description="generator, or generator:<name> configured in llm.roles")
+    share: float = Field(1.0, gt=0.0, le=1.0)
+
+
+class SeedDatasetConfig(Strict):
+    """Items taken from an existing clarification dataset (paper App. B: ~5% from CLAMBER)."""
+
+    name: str = "clamber"
+    format: Literal["clamber", "clariq", "generic"] = "clamber"
+    path: str = "data/external/clamber_sample.jsonl"
+    share: float = Field(0.05, ge=0.0, lt=1.0, description="share of the pool (n_per_subtype x subtypes)")
+
+
+class ValidationConfig(Strict):
+    """Manual validation round trip (paper §4.2) and the automatic filter that stands in without a sheet."""
+
+    sheet_fraction: float = Field(0.1, gt=0.0, le=1.0, description="paper: 10% double-annotated")
+    sheet_seed: int = 0
+    on_disagreement: Literal["remove", "keep"] = "remove"
+    min_quality: int = Field(3, ge=1, le=5, description="automatic: judge rating below this -> removed (1: off)")
+    subtype_check: bool = True
+
+
 class BenchmarkConfig(Strict):
     n_per_subtype: int = Field(2, gt=0, description="paper: 85")
     generation_temperature: float = Field(0.9, ge=0.0, le=2.0)
@@ -17,7 +43,22 @@ class BenchmarkConfig(Strict):
     dedup_block: int = Field(2048, gt=0)
     subtypes: list[str] | None = None
     personas: list[str] | None = None
-    annotations_path: str | None = None
+    generators: list[GeneratorShare] = Field(default_factory=lambda: [GeneratorShare()], min_length=1)
+    seed_dataset: SeedDatasetConfig | None = Field(None, description="null: every item is generated")
+    annotations_path: str | None = Field(None, description="a filled review sheet; null: automatic filter")
+    validation: ValidationConfig = Field(default_factory=ValidationConfig)
+
+    @model_validator(mode="after")
+    def _generator_shares(self) -> BenchmarkConfig:
+        roles = [g.role for g in self.generators]
+        bad = [r for r in roles if r != "generator" and not r.startswith("generator:")]
+        if bad:
+            raise ValueError(f"benchmark.generators: role {bad[0]!r} must be 'generator' or 'generator:<name>'")
+        if len(set(roles)) != len(roles):
+            raise ValueError(f"benchmark.generators: roles repeat: {roles}")
+        if abs(sum(g.share for g in self.generators) - 1.0) > 1e-6:
+            raise ValueError(f"benchmark.generators: shares must sum to 1, got {sum(g.share for g in self.generators)}")
+        return self
 
     @model_validator(mode="after")
     def _known_names(self) -> BenchmarkConfig:
@@ -74,6 +115,10 @@ class EvaluationConfig(Strict):
     significance_alpha: float = Field(0.05, gt=0.0, lt=1.0)
     judge_per_subtype: int = Field(2, ge=0, description="paper: 30")
     judge_pairs: list[list[MethodName]] = Field(default_factory=list)
+    pairwise_mode: Literal["output", "reference_question"] = Field(
+        "output", description="output: whole replies, no reference (ClariLM §4.6.2); reference_question: "
+                              "questions only, against the reference question")
+    pairwise_items: int = Field(100, ge=0, description="output mode: items per dataset (ClariLM: 100)")
     bertscore: bool = True
     bertscore_layers: int = Field(6, ge=1)
 

@@ -65,9 +65,11 @@ class LLMConfig(Strict):
     def _known_roles(self) -> LLMConfig:
         if "default" not in self.roles:
             raise ValueError("llm.roles must define 'default' (the fallback for unset roles)")
-        unknown = set(self.roles) - set(ROLE_NAMES) - {"default"}
+        # "<role>:<name>" is a second model for one role (e.g. generator:deepseek, benchmark.generators)
+        unknown = {r for r in self.roles if r != "default" and r.split(":", 1)[0] not in ROLE_NAMES}
         if unknown:
-            raise ValueError(f"unknown role(s) {sorted(unknown)}; known roles: {['default', *ROLE_NAMES]}")
+            raise ValueError(f"unknown role(s) {sorted(unknown)}; known roles: {['default', *ROLE_NAMES]} "
+                             "(each may be named <role>:<name> for a second model)")
         if not self.subjects:
             raise ValueError("llm.subjects must list at least one subject model")
         return self
@@ -79,7 +81,7 @@ class LLMConfig(Strict):
             if sub not in self.subjects:
                 raise KeyError(f"unknown subject {sub!r}; params.yaml llm.subjects has {sorted(self.subjects)}")
             return self.subjects[sub]
-        return self.roles.get(name, self.roles["default"])
+        return self.roles.get(name) or self.roles.get(name.split(":", 1)[0]) or self.roles["default"]
 
 
 class EmbedderConfig(Strict):

@@ -19,12 +19,12 @@ def test_plan_benchmark_group_counts_calls_and_writes_nothing(tmp_path, monkeypa
     summary, ran = plan_group("benchmark", "params.yaml")
     plans = {p.role: p for p in summary}
     assert ran
-    # 2 generated queries (placeholders are distinct, so dedup keeps both), each rated once,
+    # 2 generated queries (placeholders are distinct, so dedup keeps both), each rated and subtype-checked once,
     # then simulated for 2 personas; the model file does not even exist: nothing was loaded or sent
-    assert (plans["generator"].requests, plans["judge"].requests, plans["user_simulator"].requests) == (2, 2, 4)
+    assert (plans["generator"].requests, plans["judge"].requests, plans["user_simulator"].requests) == (2, 4, 4)
     assert all(p.cached_samples == 0 and p.new_samples == p.samples for p in plans.values())
     assert plans["generator"].max_tokens_out == 2 * 320 and plans["generator"].est_cost_usd > 0
-    assert "total: 8 LLM calls to make" in result.output.replace("\n", " ")
+    assert "total: 10 LLM calls to make" in result.output.replace("\n", " ")
     assert not (tmp_path / "assets").exists()
     assert LLMCache(tmp_path / ".cache" / "llm_cache.sqlite").stats()["entries"] == 0
 

@@ -1,12 +1,27 @@
 """Single-turn generation / rating (ClarifyMT-Bench §4.1) with a chat that replays hand-made ChatResults."""
 
 import json
+from collections import Counter
+from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
-from dagster_project.core.clarifymt.benchmark import TOPICS, generate, generation_plan, rate
+from dagster_project.config import BenchmarkConfig, ParamsError, parse_params
+from dagster_project.core.clarifymt.benchmark import (
+    TOPICS,
+    assign_roles,
+    generate,
+    generation_plan,
+    place_seeds,
+    rate,
+    seed_items,
+    single_turn_queries,
+)
+from dagster_project.core.clarifymt.external import import_dataset
 from dagster_project.core.shared.taxonomy import SUBTYPE_BY_KEY
+from dagster_project.io.records import InputFileError
 from dagster_project.llm.chat import ChatResult
 from dagster_project.llm.prompts import load_prompt
 
@@ -164,3 +179,72 @@ def test_parse_ratings_empty():
                                                     "clarifying_question": pl.Utf8}), SUBTYPE_BY_KEY)
     assert sent == []
     assert df.height == 0 and df.schema["quality"] == pl.Int64
+
+
+# ----------------------------------------------------------------- data sources (paper §4.1, App. B)
+
+CLAMBER_SAMPLE = str(Path(__file__).resolve().parents[2] / "data/external/clamber_sample.jsonl")
+
+
+def test_assign_roles_apportions_by_share_in_seeded_order():
+    shares = [("generator", 0.5), ("generator:b", 0.25), ("generator:c", 0.25)]
+    roles = assign_roles(22, shares, seed=3)
+    assert len(roles) == 22 and Counter(roles) == {"generator": 11, "generator:b": 6, "generator:c": 5}
+    assert roles == assign_roles(22, shares, seed=3) and roles != assign_roles(22, shares, seed=4)
+    assert assign_roles(3, [("generator", 1.0)], 0) == ["generator"] * 3
+
+
+def test_seed_items_map_clamber_subclasses_and_take_free_slots():
+    turns = import_dataset("clamber", "clamber", CLAMBER_SAMPLE).turns
+    seeds = seed_items(turns, ["entity", "temporal", "lexical"], 5, seed=0)
+    # the sample's two clarify items: "whom" -> entity, "when" -> temporal; answer items are never seeds
+    assert sorted(seeds["subtype"]) == ["entity", "temporal"]
+    assert set(seeds["clarifying_question"]) == {"Which tower do you mean?",
+                                                 "Which day of the conference do you want the schedule for?"}
+    plan = generation_plan([SUBTYPE_BY_KEY["entity"], LEX], 2)
+    rest, placed = place_seeds(plan, seeds, "clamber")
+    # entity's last slot is taken; temporal has no slot in this plan, so its item is left out
+    assert placed["query_id"].to_list() == ["entity-001"] and placed["source"].to_list() == ["clamber"]
+    assert rest.height == 3 and "entity-001" not in {f"{r['subtype']}-{r['sample']:03d}" for r in rest.to_dicts()}
+
+
+def test_single_turn_queries_records_source_and_sends_each_role_its_share():
+    cfg = BenchmarkConfig(n_per_subtype=10, subtypes=["entity", "lexical"],
+                          generators=[{"role": "generator", "share": 0.5}, {"role": "generator:b", "share": 0.5}],
+                          seed_dataset={"path": CLAMBER_SAMPLE, "share": 0.05})
+    sent = []
+
+    def answer(req):
+        if "score" in (req.json_schema or {}).get("properties", {}):
+            return ChatResult(texts=['{"score": 4, "reason": "ok"}'])
+        return ChatResult(texts=[json.dumps({"query": f"request {len(sent)} about a thing?",
+                                             "clarifying_question": "Which thing?", "missing_info": ["which"]})])
+
+    def embed(texts):
+        return np.eye(len(texts), dtype=np.float32)
+
+    out, meta = single_turn_queries(replay(answer, sent), cfg, embed)
+    assert out.height == 20 and out["query_id"].n_unique() == 20
+    by_source = dict(out.group_by("source").len().iter_rows())
+    assert by_source == {"clamber": 1, "generator": 10, "generator:b": 9}  # round(5% of 20) = 1 seed item
+    assert Counter(role for role, _ in sent) == {"generator": 10, "generator:b": 9, "judge": 20}
+    seed = out.filter(pl.col("source") == "clamber").row(0, named=True)
+    assert seed["query"] == "How tall is the tower?" and seed["query_id"] == "entity-009" and seed["quality"] == 4
+    assert meta["seed_items_used"] == 1 and meta["source/clamber"] == 1
+
+
+def test_generator_shares_must_sum_to_one_and_name_a_generator_role():
+    with pytest.raises(ParamsError, match="benchmark.generators: shares must sum to 1"):
+        parse_params({"benchmark": {"generators": [{"role": "generator", "share": 0.5}]}})
+    with pytest.raises(ParamsError, match="benchmark.generators: role 'judge'"):
+        parse_params({"benchmark": {"generators": [{"role": "judge", "share": 1.0}]}})
+    p = parse_params({"llm": {"roles": {"default": {}, "generator:b": {"model": "other"}}},
+                      "benchmark": {"generators": [{"role": "generator:b", "share": 1.0}]}})
+    assert p.llm.role("generator:b").model == "other"
+    assert p.llm.role("generator:c").model == p.llm.role("default").model
+
+
+def test_missing_seed_dataset_names_the_params_key(tmp_path):
+    cfg = BenchmarkConfig(subtypes=["lexical"], seed_dataset={"path": str(tmp_path / "nope.jsonl")})
+    with pytest.raises(InputFileError, match="benchmark.seed_dataset.path"):
+        single_turn_queries(replay([], []), cfg, lambda t: np.eye(len(t)))

@@ -5,11 +5,22 @@ import json
 import polars as pl
 import pytest
 
-from dagster_project.llm.chat import ChatResult
+from dagster_project.config import EvaluationConfig
 from dagster_project.core.clarifymt.judge import (
-    asked_expr, candidate_turns, has_question, pairwise_outcome, pairwise_requests, parse_score, parse_verdict,
-    pointwise_requests, rule_outcome, sample_items,
+    asked_expr,
+    candidate_turns,
+    has_question,
+    method_pairs,
+    pairwise_judgements,
+    pairwise_outcome,
+    pairwise_requests,
+    parse_score,
+    parse_verdict,
+    pointwise_requests,
+    rule_outcome,
+    sample_items,
 )
+from dagster_project.llm.chat import ChatResult
 
 
 @pytest.mark.parametrize("ab, ba, outcome", [
@@ -71,7 +82,7 @@ def test_has_question():
 def test_request_contents():
     row = pl.DataFrame([{"messages": [{"role": "user", "content": "Tell me about bass."}],
                          "reference_question": "Fish or instrument?", "response": "Which bass?",
-                         "question_a": "Which bass?", "question_b": "Why?"}])
+                         "output_a": "Which bass?", "output_b": "Why?"}])
     [req] = pointwise_requests(row)
     text = req.messages[-1]["content"]
     assert "User: Tell me about bass." in text and "Fish or instrument?" in text and "Which bass?" in text
@@ -85,3 +96,75 @@ def test_request_contents():
 def test_asked_expr_matches_has_question():
     df = pl.DataFrame({"a": ["clarify", "clarify", "answer", None], "r": ["Which?", " ", "Which?", "x"]})
     assert df.select(asked_expr("a", "r"))["a"].to_list() == [has_question(a, r) for a, r in df.iter_rows()]
+
+
+# ------------------------------------------------- pairwise as in ClariLM §4.6.2: whole outputs, no reference
+
+def _outputs():
+    """Two methods on 4 turns: a clarify turn where both ask, answer turns where both answer or one is invalid."""
+    rows = []
+    for m, replies in (("agent", [("clarify", "Which bass?"), ("answer", "Bass is a fish."), ("answer", "42."),
+                                  ("invalid", "")]),
+                       ("base", [("clarify", "Why?"), ("answer", "No idea."), ("invalid", "hmm"),
+                                 ("invalid", "")])):
+        for i, (action, response) in enumerate(replies):
+            rows.append({"dataset": "d", "subject": "s", "method": m, "dialogue_id": f"q{i}", "turn": 1,
+                         "subtype": "lexical", "reference_action": "clarify" if i == 0 else "answer",
+                         "reference_question": "Fish or instrument?" if i == 0 else None, "status": "ok",
+                         "action": action, "response": response})
+    return pl.DataFrame(rows)
+
+
+def _messages():
+    return pl.DataFrame([{"dataset": "d", "dialogue_id": f"q{i}", "turn": 1,
+                          "messages": [{"role": "user", "content": f"message {i}"}]} for i in range(4)])
+
+
+def _judge(sent, prefer="Answer: Bass"):
+    """Prefers the reply containing `prefer` in whichever slot it is, else 'first'."""
+    def chat(role, requests):
+        out = []
+        for r in requests:
+            sent.append((role, r))
+            text = r.messages[-1]["content"]
+            first = text.split("First reply:")[1].split("Second reply:")[0] if "First reply:" in text else ""
+            verdict = "first" if prefer in first or prefer not in text else "second"
+            out.append(ChatResult(texts=[json.dumps({"better": verdict})]))
+        return out
+    return chat
+
+
+def test_output_mode_judges_whole_replies_without_reference_in_both_orders():
+    cfg = EvaluationConfig(methods=["clarify_agent", "base"], judge_pairs=[["clarify_agent", "base"]])
+    assert cfg.pairwise_mode == "output"  # the paper's protocol is the default
+    preds = _outputs().with_columns(pl.col("method").replace({"agent": "clarify_agent"}))
+    sent = []
+    out = pairwise_judgements(_judge(sent), preds, _messages(), cfg, "judge-model").sort("dialogue_id")
+    # every evaluated turn is an item, answer turns included; both usable -> the judge, twice
+    assert out["dialogue_id"].to_list() == ["q0", "q1", "q2", "q3"]
+    assert out["judged_by"].to_list() == ["judge", "judge", "rule", "rule"]
+    # q0: position-biased 'first' both times -> tie; q1: agent's answer preferred in both orders -> win;
+    # q2: only the agent has a usable reply -> win by rule; q3: neither -> tie
+    assert out["outcome"].to_list() == ["tie", "win", "win", "tie"]
+    assert set(out["mode"]) == {"output"} and len(sent) == 4
+    texts = [r.messages[-1]["content"] for _, r in sent]
+    assert not any("Fish or instrument?" in t for t in texts)  # no reference shown
+    assert "First reply: Answer: Bass is a fish." in texts[2] and "Second reply: Answer: Bass is a fish." in texts[3]
+    assert "First reply: Clarifying question: Which bass?" in texts[0]
+
+
+def test_reference_question_mode_stays_as_an_option():
+    cfg = EvaluationConfig(methods=["clarify_agent", "base"], judge_pairs=[["clarify_agent", "base"]],
+                           pairwise_mode="reference_question", judge_per_subtype=5)
+    preds = _outputs().with_columns(pl.col("method").replace({"agent": "clarify_agent"}))
+    sent = []
+    out = pairwise_judgements(_judge(sent), preds, _messages(), cfg, "m")
+    assert out["dialogue_id"].to_list() == ["q0"] and set(out["mode"]) == {"reference_question"}
+    assert "Fish or instrument?" in sent[0][1].messages[-1]["content"]
+
+
+def test_output_items_cap_per_dataset():
+    cfg = EvaluationConfig(methods=["clarify_agent", "base"], judge_pairs=[["clarify_agent", "base"]],
+                           pairwise_items=2)
+    preds = _outputs().with_columns(pl.col("method").replace({"agent": "clarify_agent"}))
+    assert method_pairs(preds, cfg).height == 2

@@ -38,6 +38,8 @@ VALUES = {
     "clarilm_answer": dict(question="Q?"),
     "clarilm_cotap": dict(question="Q?", options="A. answer"),
     "judge_pairwise": dict(dialogue="User: Q?", reference="REF?", first="FIRST?", second="SECOND?"),
+    "judge_pairwise_output": dict(dialogue="User: Q?", first="FIRST?", second="SECOND?"),
+    "check_subtype_fit": dict(subtype_name="Lexical", definition="DEF.", query="Q?"),
     # double_turn group (core/double_turn.py)
     "double_turn_answer": dict(examples="Question: A?\nAnswer: B", question="Q?"),
     "double_turn_answer_base": dict(examples="Question: A?\nAnswer: B", question="Q?"),

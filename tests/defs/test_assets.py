@@ -132,9 +132,11 @@ def test_dedup_keeps_best_and_records_the_rest(tmp_path, monkeypatch):
     assert rows["scope-000"]["kept"] and rows["value-000"]["kept"]
     lex = rows["lexical-000"]
     assert not lex["kept"] and lex["duplicate_of"] == "scope-000" and lex["dedup_reason"] == "semantic"
-    # only kept queries become dialogues
+    # only kept and valid queries become dialogues: value-000 (judge rating 2) falls under validation.min_quality
+    v = pl.read_parquet(tmp_path / "assets/benchmark/validated_queries.parquet").sort("query_id")
+    assert v["removed_by"].to_list() == [None, None, "low_rating"] and v["valid"].to_list() == [False, True, False]
     d = pl.read_parquet(tmp_path / "assets/benchmark/persona_dialogues.parquet")
-    assert set(d["query_id"]) == {"scope-000", "value-000"}
+    assert set(d["query_id"]) == {"scope-000"}
 
 
 def test_failures_become_rows_not_crashes(tmp_path, monkeypatch):

@@ -18,11 +18,13 @@ def test_dvc_repro_builds_both_groups_then_skips_and_sweeps(project, monkeypatch
     assert "Running stage 'benchmark'" in out and "Running stage 'evaluation'" in out
 
     q = pl.read_parquet(project / "assets/benchmark/single_turn_queries.parquet")
-    assert q.height == 1 and set(q["subtype"]) == {"lexical"}
+    assert q.height == 2 and set(q["subtype"]) == {"syntactic"}
     assert set(q["status"]) <= {"ok", "parse_error", "llm_error"}
+    v = pl.read_parquet(project / "assets/benchmark/validated_queries.parquet")
+    assert set(v["removed_by"].drop_nulls()) <= {"prompt_echo"}  # the only filter on in TINY
     d = pl.read_parquet(project / "assets/benchmark/persona_dialogues.parquet")
-    kept = int(q["kept"].sum())
-    assert d.height == kept * (2 + 3)  # precise: 2 turns, off_focus: 3 turns
+    valid = int(v["valid"].sum())
+    assert valid >= 1 and d.height == valid * (2 + 3)  # precise: 2 turns, off_focus: 3 turns
     # predictions: one partition per subject x method (TINY: base, clarify_agent and one ablation)
     p = read_asset(project / "assets", "evaluation", "predictions")
     assert len(list((project / "assets/evaluation/predictions").rglob("*.parquet"))) == 3

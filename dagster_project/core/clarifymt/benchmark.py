@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import random
 from typing import Any
 
 import polars as pl
 from pydantic import ConfigDict, Field
 
 from dagster_project.config import BenchmarkConfig
+from dagster_project.core.clarifymt.external import import_dataset
 from dagster_project.core.shared.dedup import Embed, semantic_dedup
 from dagster_project.core.shared.taxonomy import QUERY_SUBTYPES, SUBTYPE_BY_KEY, Subtype
 from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Reply, Status
@@ -79,9 +82,14 @@ def _generation_values(row: dict[str, Any], subtypes: dict[str, Subtype]) -> dic
 
 def generate(chat: Chat, plan: pl.DataFrame, subtypes: dict[str, Subtype], temperature: float,
              seed: int = 0) -> pl.DataFrame:
-    """One generator call per plan row (seed + sample); one row per reply with its status and provenance."""
-    outcomes = GENERATE.run(chat, plan.to_dicts(), lambda row: _generation_values(row, subtypes),
-                            lambda row: {"temperature": temperature, "seed": seed + row["sample"]})
+    """One generator call per plan row (seed + sample), sent to the row's `role` (default: generator); one row
+    per reply with its status and provenance, `source` = the role."""
+    items = plan.to_dicts()
+    roles = list(dict.fromkeys(r.get("role", GENERATE.role) for r in items))
+    outcomes = [o for role in roles for o in dataclasses.replace(GENERATE, role=role).run(
+        chat, [r for r in items if r.get("role", GENERATE.role) == role],
+        lambda row: _generation_values(row, subtypes),
+        lambda row: {"temperature": temperature, "seed": seed + row["sample"]})]
     rows = []
     for o in outcomes:
         row, v = o.item, o.value
@@ -91,11 +99,61 @@ def generate(chat: Chat, plan: pl.DataFrame, subtypes: dict[str, Subtype], tempe
             "clarifying_question": v.clarifying_question.strip() if o.ok else None,
             "missing_info": [str(x).strip() for x in v.missing_info if str(x).strip()] if o.ok else [],
             "explanation": (str(v.explanation).strip() or None) if o.ok else None,
-            **o.provenance(), "raw_output": o.raw_output or "",
+            **o.provenance(), "raw_output": o.raw_output or "", "source": row.get("role", GENERATE.role),
         })
     return pl.DataFrame(rows, schema_overrides={"missing_info": pl.List(pl.Utf8), "query": pl.Utf8,
                                                 "clarifying_question": pl.Utf8, "explanation": pl.Utf8,
                                                 "error": pl.Utf8, "raw_output": pl.Utf8})
+
+
+def assign_roles(n: int, generators: list[tuple[str, float]], seed: int) -> list[str]:
+    """n plan rows apportioned to generator roles by share (largest remainder), in a seeded order."""
+    quotas = [share * n for _, share in generators]
+    counts = [int(q) for q in quotas]
+    for i in sorted(range(len(quotas)), key=lambda i: counts[i] - quotas[i])[: n - sum(counts)]:
+        counts[i] += 1
+    roles = [role for (role, _), c in zip(generators, counts, strict=True) for _ in range(c)]
+    random.Random(seed).shuffle(roles)
+    return roles
+
+
+# CLAMBER's subclasses -> the nearest ClarifyMT query subtype (a choice: the paper does not say how it mapped them).
+SEED_SUBTYPES = {
+    "polysemy": "lexical", "lexical": "lexical", "semantic": "semantic", "co-reference": "entity",
+    "coreference": "entity", "whom": "entity", "what": "goal", "when": "temporal", "where": "spatial",
+    "nk": "unfamiliarity", "unfamiliar": "unfamiliarity", "icl": "intent_conflict",
+    "contradiction": "intent_conflict",
+}
+
+
+def seed_items(turns: pl.DataFrame, chosen: list[str], n: int, seed: int) -> pl.DataFrame:
+    """Up to n clarify items of an imported dataset whose subtype maps onto a chosen one (seeded pick):
+    subtype, query (the user's message), clarifying_question."""
+    usable = [
+        {"subtype": SEED_SUBTYPES.get((r["subtype"] or "").lower(), (r["subtype"] or "").lower()),
+         "query": r["messages"][-1]["content"], "clarifying_question": r["reference_question"]}
+        for r in turns.filter((pl.col("turn") == 1) & (pl.col("reference_action") == "clarify")
+                              & pl.col("reference_question").is_not_null()).iter_rows(named=True)]
+    usable = [u for u in usable if u["subtype"] in chosen]
+    random.Random(seed).shuffle(usable)
+    return pl.DataFrame(usable[:n], schema={"subtype": pl.Utf8, "query": pl.Utf8, "clarifying_question": pl.Utf8})
+
+
+def place_seeds(plan: pl.DataFrame, seeds: pl.DataFrame, source: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Each seed item takes the last free plan row of its subtype (so every subtype keeps n rows):
+    (the remaining plan, the seed rows in the generated rows' schema). Seeds with no free row are left out."""
+    free = {k: sorted(g["sample"].to_list()) for (k,), g in plan.group_by("subtype")}
+    rows = []
+    for s in seeds.iter_rows(named=True):
+        if free.get(s["subtype"]):
+            i = free[s["subtype"]].pop()
+            rows.append({"subtype": s["subtype"], "sample": i, "query_id": f"{s['subtype']}-{i:03d}",
+                         "query": s["query"], "clarifying_question": s["clarifying_question"], "missing_info": [],
+                         "status": Status.OK.value, "source": source})
+    placed = pl.DataFrame(rows, schema={"subtype": pl.Utf8, "sample": pl.Int64, "query_id": pl.Utf8,
+                                        "query": pl.Utf8, "clarifying_question": pl.Utf8,
+                                        "missing_info": pl.List(pl.Utf8), "status": pl.Utf8, "source": pl.Utf8})
+    return plan.join(placed.select("subtype", "sample"), on=["subtype", "sample"], how="anti"), placed
 
 
 def rate(chat: Chat, rows: pl.DataFrame, subtypes: dict[str, Subtype]) -> pl.DataFrame:
@@ -111,13 +169,26 @@ def rate(chat: Chat, rows: pl.DataFrame, subtypes: dict[str, Subtype]) -> pl.Dat
 
 def single_turn_queries(chat: Chat, cfg: BenchmarkConfig, embed: Embed,
                         seed: int = 0) -> tuple[pl.DataFrame, dict[str, int]]:
-    """Generate, rate and deduplicate (§4.1); every generated row stays, with the dedup summary for metadata.
+    """Generate (by generator role and share, plus a seed share from an imported dataset, App. B), rate and
+    deduplicate (§4.1); every row stays, with `source` and the dedup / source summary for metadata.
 
     `kept` is true for the representatives; others carry `dedup_reason` (exact / semantic) and
     `duplicate_of`, or a non-ok `status` when the reply could not be used."""
     chosen = [s for s in QUERY_SUBTYPES if cfg.subtypes is None or s.key in cfg.subtypes]
     plan = generation_plan(chosen, cfg.n_per_subtype)
-    rows = generate(chat, plan, SUBTYPE_BY_KEY, cfg.generation_temperature, seed)
+    sources: dict[str, int] = {}
+    seeds = None
+    if cfg.seed_dataset is not None and cfg.seed_dataset.share > 0:
+        ds = cfg.seed_dataset
+        turns = import_dataset(ds.name, ds.format, ds.path, key="benchmark.seed_dataset").turns
+        wanted = round(ds.share * plan.height)
+        plan, seeds = place_seeds(plan, seed_items(turns, [s.key for s in chosen], wanted, seed), ds.name)
+        sources |= {"seed_items_wanted": wanted, "seed_items_used": seeds.height}
+    plan = plan.with_columns(role=pl.Series(assign_roles(plan.height, [(g.role, g.share) for g in cfg.generators],
+                                                         seed), dtype=pl.Utf8))
+    rows = generate(chat, plan, SUBTYPE_BY_KEY, cfg.generation_temperature, seed).drop("role")
+    if seeds is not None and seeds.height:
+        rows = pl.concat([rows, seeds], how="diagonal_relaxed")
     ok = rows.filter(pl.col("status") == Status.OK.value)
     rated = ok.hstack(rate(chat, ok, SUBTYPE_BY_KEY))
     dd = semantic_dedup(rated["query"].to_list(), rated["quality"].fill_null(0).to_list(), embed,
@@ -128,5 +199,6 @@ def single_turn_queries(chat: Chat, cfg: BenchmarkConfig, embed: Embed,
         duplicate_of=pl.Series([ids[d] if d >= 0 else None for d in dd.table["duplicate_of"]], dtype=pl.Utf8),
     )
     failed = rows.filter(pl.col("status") != Status.OK.value).with_columns(kept=pl.lit(False))
-    out = pl.concat([rated, failed], how="diagonal_relaxed")
-    return out.with_columns(source=pl.lit("generated")).sort("query_id"), dd.summary()
+    out = pl.concat([rated, failed], how="diagonal_relaxed").sort("query_id")
+    sources |= {f"source/{k}": v for k, v in out.group_by("source").len().sort("source").iter_rows()}
+    return out, dd.summary() | sources

@@ -22,10 +22,11 @@ PERSONA_ALIASES = {k: p.key for p in PERSONAS for k in (p.key, p.name.lower(), p
 
 
 def import_dataset(dataset: str, fmt: str, path: str | Path, limit: int | None = None,
-                   clariq_clarify_from: int = 2, max_field_chars: int = MAX_FIELD_CHARS) -> ImportResult:
-    """Read one external dataset; raises InputFileError only when the file as a whole is unusable. Records with
-    a text value over `max_field_chars`, invalid UTF-8 or a repeated id are quarantined."""
-    key = f"evaluation.external.{dataset}"
+                   clariq_clarify_from: int = 2, max_field_chars: int = MAX_FIELD_CHARS,
+                   key: str | None = None) -> ImportResult:
+    """Read one external dataset; raises InputFileError (naming the params `key`) only when the file as a whole
+    is unusable. Records with a text value over `max_field_chars`, invalid UTF-8 or a repeated id are quarantined."""
+    key = key or f"evaluation.external.{dataset}"
     if fmt not in FORMATS:
         raise InputFileError(path, f"unknown external format {fmt!r}; known: {list(FORMATS)}", key=f"{key}.format")
     if not Path(path).is_file():

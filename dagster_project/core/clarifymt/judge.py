@@ -3,9 +3,10 @@
 Pointwise: a 0-5 score of a method's question against the reference clarifying question, on a sample
 of clarify turns per subtype (paper: 30). A turn where the method answered (or gave no usable reply)
 while the reference asks gets 0 by the rubric's own rule, without a judge call.
-Pairwise (ClariLM-style win / tie / lose): two methods' questions for the same turn are judged twice,
-with the positions swapped; a method wins only if it wins in both orders, loses only if it loses in
-both, and everything else is a tie.
+Pairwise (ClariLM §4.6.2 win / tie / lose): two methods' whole replies (question or answer) for the same turn,
+without a reference (evaluation.pairwise_mode: output), or only their questions against the reference question
+(reference_question). Each item is judged twice with the positions swapped; a method wins only if it wins in
+both orders, loses only if it loses in both, and everything else is a tie.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ SCORE = LLMTask("judge_question", role="judge", reply=Score, check=_score_range,
                 sampling={"temperature": 0.0, "max_tokens": 16})
 PAIR = LLMTask("judge_pairwise", role="judge", reply=Verdict, check=_verdict,
                sampling={"temperature": 0.0, "max_tokens": 16})
+PAIR_OUTPUT = LLMTask("judge_pairwise_output", role="judge", reply=Verdict, check=_verdict,
+                      sampling={"temperature": 0.0, "max_tokens": 16})
+PAIR_TASKS = {"output": PAIR_OUTPUT, "reference_question": PAIR}
 
 
 def candidate_turns(pred: pl.DataFrame) -> pl.DataFrame:
@@ -103,16 +107,25 @@ def parse_score(result: ChatResult) -> tuple[int | None, str, str | None]:
     return parsed.value.score, Status.OK.value, None
 
 
-def pairwise_values(row: dict[str, Any]) -> list[dict[str, Any]]:
+def shown_output(action: str | None, response: str | None) -> str:
+    """A method's whole reply as the output-mode judge sees it: what it did, and its text."""
+    kind = {"clarify": "Clarifying question", "answer": "Answer"}.get(action or "", "Unusable reply")
+    return f"{kind}: {(response or '').strip()}"
+
+
+def pairwise_values(row: dict[str, Any], mode: str = "reference_question") -> list[dict[str, Any]]:
     """The two judgements of a row: (A first, B second) then (B first, A second)."""
     d = transcript(row["messages"] or [])
+    if mode == "output":
+        a, b = shown_output(row["action_a"], row["output_a"]), shown_output(row["action_b"], row["output_b"])
+        return [{"dialogue": d, "first": first, "second": second} for first, second in ((a, b), (b, a))]
     return [{"dialogue": d, "reference": row["reference_question"], "first": first, "second": second}
-            for first, second in ((row["question_a"], row["question_b"]), (row["question_b"], row["question_a"]))]
+            for first, second in ((row["output_a"], row["output_b"]), (row["output_b"], row["output_a"]))]
 
 
-def pairwise_requests(rows: pl.DataFrame) -> list[ChatRequest]:
+def pairwise_requests(rows: pl.DataFrame, mode: str = "reference_question") -> list[ChatRequest]:
     """Two requests per row: (A first, B second) then (B first, A second)."""
-    return [PAIR.request(v) for r in rows.iter_rows(named=True) for v in pairwise_values(r)]
+    return [PAIR_TASKS[mode].request(v) for r in rows.iter_rows(named=True) for v in pairwise_values(r, mode)]
 
 
 def parse_verdict(result: ChatResult) -> tuple[str | None, str | None]:
@@ -138,7 +151,8 @@ def pairwise_outcome(verdict_ab: str | None, verdict_ba: str | None) -> str:
 
 
 def rule_outcome(a_asked: bool, b_asked: bool) -> str | None:
-    """Outcome for A when at most one of them asked: asking beats not asking where the reference asks."""
+    """Outcome for A when at most one of them has something to judge: having it (a question where the reference
+    asks; a usable reply in output mode) beats not."""
     if a_asked and not b_asked:
         return "win"
     if b_asked and not a_asked:
@@ -194,23 +208,41 @@ def judge_scores(chat: Chat, predictions: pl.DataFrame, messages: pl.DataFrame, 
         model=pl.lit(model), prompt_version=pl.lit(SCORE.version if judged else None, pl.Utf8))
 
 
-PAIR_SIDES = {"subtype": pl.Utf8, "reference_question": pl.Utf8, "action_a": pl.Utf8, "question_a": pl.Utf8,
-              "action_b": pl.Utf8, "question_b": pl.Utf8, "method_a": pl.Utf8, "method_b": pl.Utf8}
+PAIR_SIDES = {"subtype": pl.Utf8, "reference_action": pl.Utf8, "reference_question": pl.Utf8, "action_a": pl.Utf8,
+              "output_a": pl.Utf8, "action_b": pl.Utf8, "output_b": pl.Utf8, "method_a": pl.Utf8, "method_b": pl.Utf8}
 PAIR_RESULT = {"outcome": pl.Utf8, "judged_by": pl.Utf8, "verdict_ab": pl.Utf8, "verdict_ba": pl.Utf8,
                "status": pl.Utf8, "error": pl.Utf8, "raw_ab": pl.Utf8, "raw_ba": pl.Utf8}
 
 
+def output_items(evaluated: pl.DataFrame, per_dataset: int, seed: int) -> pl.DataFrame:
+    """The same (dataset, dialogue_id, turn) items for every method: ``per_dataset`` evaluated turns of any
+    reference action per dataset (ClariLM judged 100 per test set)."""
+    items = evaluated.select(*TURN_KEY).unique().sort(*TURN_KEY)
+    picked = []
+    for _, g in items.group_by("dataset", maintain_order=True):
+        rows = g.to_dicts()
+        random.Random(seed).shuffle(rows)
+        picked += rows[:per_dataset]
+    return pl.DataFrame(picked, schema=items.schema)
+
+
 def method_pairs(predictions: pl.DataFrame, cfg: EvaluationConfig) -> pl.DataFrame:
-    """Both methods' replies on the sampled items of every evaluation.judge_pairs entry, one row per item."""
-    cands = candidate_turns(predictions)
-    items = sample_items(cands, cfg.judge_per_subtype, cfg.sample_seed)
+    """Both methods' replies on the sampled items of every evaluation.judge_pairs entry, one row per item:
+    every evaluated turn in output mode, clarify turns with a reference question in reference_question mode."""
+    if cfg.pairwise_mode == "output":
+        cands = predictions.filter(pl.col("status").is_in(EVALUATED))
+        items = output_items(cands, cfg.pairwise_items, cfg.sample_seed)
+    else:
+        cands = candidate_turns(predictions)
+        items = sample_items(cands, cfg.judge_per_subtype, cfg.sample_seed)
     cols = ["dataset", "subject", "dialogue_id", "turn"]
+    shared = ["subtype", "reference_action", "reference_question"]
     frames = []
     for a, b in cfg.judge_pairs:
         side = [cands.filter(pl.col("method") == m).join(items, on=TURN_KEY, how="semi")
-                .select(*cols, "subtype", "reference_question", pl.col("action").alias(f"action_{x}"),
-                        pl.col("response").alias(f"question_{x}")) for m, x in ((a, "a"), (b, "b"))]
-        frames.append(side[0].join(side[1].drop("subtype", "reference_question"), on=cols, how="inner")
+                .select(*cols, *shared, pl.col("action").alias(f"action_{x}"),
+                        pl.col("response").alias(f"output_{x}")) for m, x in ((a, "a"), (b, "b"))]
+        frames.append(side[0].join(side[1].drop(*shared), on=cols, how="inner")
                       .with_columns(method_a=pl.lit(a), method_b=pl.lit(b)))
     if frames:
         return pl.concat(frames)
@@ -218,19 +250,28 @@ def method_pairs(predictions: pl.DataFrame, cfg: EvaluationConfig) -> pl.DataFra
                                 **PAIR_SIDES})
 
 
+def usable_expr(action: str, response: str) -> pl.Expr:
+    """Output mode: the method gave a reply in the protocol (asked or answered) with some text."""
+    return pl.col(action).is_in(["clarify", "answer"]).fill_null(False) & (
+        pl.col(response).fill_null("").str.strip_chars().str.len_chars() > 0)
+
+
 def pairwise_judgements(chat: Chat, predictions: pl.DataFrame, messages: pl.DataFrame, cfg: EvaluationConfig,
                         model: str) -> pl.DataFrame:
-    """Win / tie / lose for A per pair item: by rule when at most one method asked, else by the judge,
-    twice with the positions swapped (a win must hold in both orders)."""
+    """Win / tie / lose for A per pair item: by rule when at most one method has something to judge (asked, in
+    reference_question mode; a usable reply, in output mode), else by the judge, twice with the positions
+    swapped (a win must hold in both orders)."""
+    mode, task = cfg.pairwise_mode, PAIR_TASKS[cfg.pairwise_mode]
+    has = usable_expr if mode == "output" else asked_expr
     pairs = method_pairs(predictions, cfg).join(messages, on=TURN_KEY, how="left").with_columns(
-        asked_a=asked_expr("action_a", "question_a"), asked_b=asked_expr("action_b", "question_b"))
+        judgeable_a=has("action_a", "output_a"), judgeable_b=has("action_b", "output_b"))
     rows = pairs.to_dicts()
-    jobs = [((i, order), PAIR, values) for i, r in enumerate(rows) if r["asked_a"] and r["asked_b"]
-            for order, values in zip(("ab", "ba"), pairwise_values(r), strict=True)]
-    answers = {a.item: a for a in ask(chat, PAIR.role, jobs)}
+    jobs = [((i, order), task, values) for i, r in enumerate(rows) if r["judgeable_a"] and r["judgeable_b"]
+            for order, values in zip(("ab", "ba"), pairwise_values(r, mode), strict=True)]
+    answers = {a.item: a for a in ask(chat, task.role, jobs)}
     extra = []
     for i, r in enumerate(rows):
-        rule = rule_outcome(r["asked_a"], r["asked_b"])
+        rule = rule_outcome(r["judgeable_a"], r["judgeable_b"])
         if rule is not None:
             extra.append({"outcome": rule, "judged_by": "rule", "verdict_ab": None, "verdict_ba": None,
                           "status": Status.OK.value, "error": None, "raw_ab": None, "raw_ba": None})
@@ -244,4 +285,4 @@ def pairwise_judgements(chat: Chat, predictions: pl.DataFrame, messages: pl.Data
                       "verdict_ab": v_ab, "verdict_ba": v_ba, "status": status.value, "error": err,
                       "raw_ab": ab.result.text, "raw_ba": ba.result.text})
     return pl.concat([pairs.drop("messages"), pl.DataFrame(extra, schema=PAIR_RESULT)], how="horizontal").with_columns(
-        model=pl.lit(model), prompt_version=pl.lit(PAIR.version if answers else None, pl.Utf8))
+        mode=pl.lit(mode), model=pl.lit(model), prompt_version=pl.lit(task.version if answers else None, pl.Utf8))

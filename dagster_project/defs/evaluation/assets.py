@@ -148,13 +148,15 @@ def judge_scores(context: dg.AssetExecutionContext, params: dg.ResourceParam[Par
 def pairwise_judgements(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                         llm: dg.ResourceParam[LLMResource], predictions: pl.DataFrame,
                         persona_dialogues: pl.DataFrame, external_dialogues: pl.DataFrame) -> pl.DataFrame:
-    """Win / tie / lose between two methods' questions (evaluation.judge_pairs), judged twice with the
-    positions swapped: a win must hold in both orders."""
+    """Win / tie / lose between two methods (evaluation.judge_pairs): their whole replies without a reference
+    (pairwise_mode: output, as ClariLM) or their questions against the reference (reference_question), judged
+    twice with the positions swapped: a win must hold in both orders."""
     chat = llm.session(context)
     out = judge_pairs(chat, predictions, _messages(params, persona_dialogues, external_dialogues), params.evaluation,
                       params.llm.role("judge").model)
     context.add_output_metadata({
-        **chat.usage(), "pairs": out.height, "judged_by_llm": int((out["judged_by"] == "judge").sum()),
+        **chat.usage(), "mode": params.evaluation.pairwise_mode, "pairs": out.height,
+        "judged_by_llm": int((out["judged_by"] == "judge").sum()),
         "outcomes": dg.MetadataValue.json(dict(out.group_by("outcome").len().iter_rows()) if out.height else {})})
     return out
 
