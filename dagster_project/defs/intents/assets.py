@@ -154,8 +154,8 @@ def conversation_scores(context: dg.AssetExecutionContext, params: dg.ResourcePa
 def training_conversations(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                            intent_catalog: pl.DataFrame, simulated_conversations: pl.DataFrame,
                            conversation_scores: pl.DataFrame) -> pl.DataFrame:
-    """The curated instruction-tuning set: top `keep_percentile` % by SDRS (cut and removals recorded), label-dropout
-    OOD examples, TRL `messages`; kept rows exported to assets/intents/exports/training_conversations.jsonl."""
+    """The curated instruction-tuning set: top `keep_percentile` % by SDRS (cut and removals recorded), plus
+    `n_label_dropout` added label-dropout OOD examples, TRL `messages`; kept rows exported to assets/intents/exports/training_conversations.jsonl."""
     cfg = params.intents
     catalog = Catalog.from_frame(intent_catalog)
     demos, _ = _demos(cfg, catalog)
@@ -164,7 +164,8 @@ def training_conversations(context: dg.AssetExecutionContext, params: dg.Resourc
     lines = write_jsonl_atomic(curation.trl_rows(out), EXPORT)
     cuts = out["cut_sdrs"].drop_nulls()
     context.add_output_metadata({
-        "conversations": out.height, "kept": int(out["kept"].sum()), "label_dropout": int(out["label_dropout"].sum()),
+        "rows": out.height, "in_domain": int((~out["label_dropout"]).sum()), "kept": int(out["kept"].sum()),
+        "label_dropout_added": int(out["label_dropout"].sum()),
         "cut_sdrs": _round(cuts.first() if cuts.len() else None),
         "removed": _counts(out.filter(~pl.col("kept")), "removed_reason"),
         "export": dg.MetadataValue.path(str(EXPORT)), "export_lines": lines})
