@@ -3,12 +3,13 @@ edit prompt's examples, covers every intent pair of a small catalogue and bounds
 
 import json
 
-import polars as pl
-
 from dagster_project.config import IntentsConfig
 from dagster_project.core.intents.catalog import Catalog, Intent
 from dagster_project.core.intents.scoring import score_conversations
-from dagster_project.core.intents.simulation import ConversationSeed, simulate_conversations
+from dagster_project.core.intents.simulation import (
+    ConversationSeed,
+    simulate_conversations,
+)
 from dagster_project.llm.chat import ChatResult
 
 NAMES = ["track_order", "cancel_order", "return_item"]
