@@ -9,6 +9,17 @@ from pydantic import Field, model_validator
 from dagster_project.config.base import Strict
 
 
+class EditExample(Strict):
+    """One worked example in the edit prompt (paper Fig. 3 shows a positive and a negative one): the tagged query,
+    its intent, the rewrite, the intents the rewrite could mean (name -> why) and why it is (not) a good edit."""
+
+    query: str
+    intent: str
+    modified_query: str
+    potential_intents: dict[str, str]
+    why: str
+
+
 class IntentsConfig(Strict):
     """Intent classification with clarification (seed: "Scaling Intent Understanding"). Demo sizes; paper sizes
     in params.yaml comments."""
@@ -25,7 +36,20 @@ class IntentsConfig(Strict):
     n_edit_train: int = Field(3, ge=0)                 # edit method: source utterances per split
     n_edit_test: int = Field(2, ge=0)
     n_pair_train: int = Field(1, ge=0)                 # intent-pair method: pairs per split (2 queries each)
-    n_pair_test: int = Field(1, ge=0)
+    n_pair_test: int = Field(1, ge=0)                  # (when sampled; with every pair: the train:test ratio)
+    pair_sample_above: int = Field(100, ge=0)          # every intent pair when the catalogue has at most this many
+    edit_positive: EditExample = EditExample(
+        query="Please cancel the order I placed this morning", intent="cancel_order",
+        modified_query="I need to do something about the order I placed this morning",
+        potential_intents={"cancel_order": "they may want to stop it",
+                           "track_order": "they may want to know where it is",
+                           "change_delivery_address": "they may want it sent elsewhere"},
+        why="the rewrite no longer says what should happen to the order, so several intents honestly fit")
+    edit_negative: EditExample = EditExample(
+        query="I can't log into my account", intent="account_access",
+        modified_query="I can't log into my account on my phone",
+        potential_intents={"account_access": "it is about logging in"},
+        why="the added detail changes nothing: it is still plainly about logging in, so only one intent fits")
     n_unambiguous_train: int = Field(4, ge=0)          # single-turn conversations from tagged utterances
     max_turns: int = Field(3, gt=0)                    # assistant turns per conversation
     structured_output: bool = True                     # assistant replies as JSON (false: the paper's plain text)

@@ -3,6 +3,9 @@ edit prompt's examples, covers every intent pair of a small catalogue and bounds
 
 import json
 
+import polars as pl
+import pytest
+
 from dagster_project.config import IntentsConfig
 from dagster_project.core.intents.catalog import Catalog, Intent
 from dagster_project.core.intents.scoring import score_conversations
@@ -57,3 +60,31 @@ def test_ars_judge_never_sees_the_true_query_and_judges_every_clarifying_convers
     assert all(secret not in _text(r) for _, r in sent)
     src = dict(scores.select("conversation_id", "info_source").unique().iter_rows())
     assert src == {"a": "judge", "u": "judge", "v": "by_construction"}
+
+
+def test_edit_prompt_carries_a_positive_and_a_negative_example():
+    from dagster_project.core.intents.ambiguous import generate_edits
+
+    names = ["cancel_order", "track_order", "change_delivery_address", "account_access"]
+    cat = Catalog(tuple(Intent(n, f"about {n}", ()) for n in names))
+    cfg = IntentsConfig()
+    chat, sent = _recording({"generator": ['{"modified_query": "about my order", "potential_intents": []}']})
+    generate_edits(chat, pl.DataFrame({"utterance_id": ["u1"], "split": ["train"], "text": ["where is it"],
+                                       "intent": ["track_order"]}), cat, cfg)
+    text = _text(sent[0][1])
+    assert cfg.edit_positive.modified_query in text and cfg.edit_negative.modified_query in text
+    assert cfg.edit_positive.why in text and cfg.edit_negative.why in text
+
+
+def test_intent_pairs_cover_every_pair_of_a_small_catalogue_and_sample_above_the_param():
+    from itertools import combinations
+
+    from dagster_project.core.intents.ambiguous import pair_plan
+
+    names = ["a", "b", "c", "d", "e"]  # 10 pairs
+    every = pair_plan(names, IntentsConfig(n_pair_train=3, n_pair_test=1, pair_sample_above=10))
+    assert {tuple(sorted(p)) for p in every.select("intent_a", "intent_b").iter_rows()} == set(combinations(names, 2))
+    assert every["coverage"].unique().to_list() == ["all"]
+    assert every["split"].value_counts().sort("split").rows() == [("test", 2), ("train", 8)]  # 3:1 of 10, rounded
+    sampled = pair_plan(names, IntentsConfig(n_pair_train=3, n_pair_test=1, pair_sample_above=9))
+    assert sampled.height == 4 and sampled["coverage"].unique().to_list() == ["sampled"]

@@ -109,7 +109,7 @@ def _run(tmp_path, monkeypatch, fail=None, **overrides):
     backend = ScriptedBackend(responder, fail)
     cfg = {"dataset": "data/utterances.csv", "catalog": "data/catalog.jsonl", "few_shot": "data/few_shot.jsonl",
            "ambiguous_dataset": "data/ambiguous.jsonl",
-           "n_edit_train": 3, "n_edit_test": 1, "n_pair_train": 1, "n_pair_test": 1, "n_unambiguous_train": 99,
+           "n_edit_train": 3, "n_edit_test": 1, "n_pair_train": 1, "n_pair_test": 1, "pair_sample_above": 0, "n_unambiguous_train": 99,
            "max_turns": 3, "n_test_unambiguous": 99, "n_test_ood": 5, "n_test_dropout": 2, "n_label_dropout": 2,
            **overrides}
     data = {"llm": {"cache_path": str(tmp_path / "cache.sqlite")}, "quality": {"max_error_rate": 0.2},

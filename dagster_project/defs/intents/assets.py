@@ -96,8 +96,10 @@ def ambiguous_queries(context: dg.AssetExecutionContext, params: dg.ResourcePara
     out = ambiguous.ambiguous_queries(chat, Catalog.from_frame(intent_catalog), intent_utterances, cfg,
                                       params.llm.role("generator").seed, provided)
     kept = out.filter(pl.col("kept"))
+    plan = ambiguous.pair_plan(Catalog.from_frame(intent_catalog).names, cfg)
     context.add_output_metadata({
-        **chat.usage(), "rows": out.height, "kept": kept.height,
+        **chat.usage(), "rows": out.height, "kept": kept.height, "intent_pairs": plan.height,
+        "pair_coverage": plan["coverage"].first() if plan.height else "none",
         "kept_by_method_split": dg.MetadataValue.json(
             {f"{m}/{s}": int(n) for m, s, n in kept.group_by(["method", "split"]).len().sort(["method", "split"])
              .iter_rows()}),
