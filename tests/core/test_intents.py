@@ -495,7 +495,7 @@ def test_intent_eval_table_hand_computed():
          "relevance": 0.5, "conciseness": 1.0, "repetition_avoidance": 1.0, "factuality": 1.0, "politeness": 0.0},
         {"subject": "s", "conversation_id": "a1", "kind": "ambiguous", "assistant_turn": 2, "sdrs": 0.5, "ars": 1,
          "relevance": None, "conciseness": None, "repetition_avoidance": None, "factuality": None, "politeness": None},
-    ])
+    ]).with_columns(score_status=pl.lit("ok"))
     r = intent_eval_table(turns, scores).row(0, named=True)
     assert r["ic_accuracy"] == 0.5 and r["n_unambiguous"] == 2 and r["excluded"] == 1  # the llm_error is excluded
     assert r["sdrs"] == pytest.approx(1.5 / 3)  # per conversation, not per turn
@@ -621,7 +621,8 @@ def test_ood_conversations_may_ask_before_saying_out_of_domain():
                               pl.DataFrame(schema={"subject": pl.Utf8, "kind": pl.Utf8, **{
                                   c: pl.Float64 for c in ("sdrs", "ars", "relevance", "conciseness",
                                                           "repetition_avoidance", "factuality", "politeness")},
-                                  "assistant_turn": pl.Int64, "conversation_id": pl.Utf8})).row(0, named=True)
+                                  "assistant_turn": pl.Int64, "conversation_id": pl.Utf8,
+                                  "score_status": pl.Utf8})).row(0, named=True)
     assert (tab["ood_accuracy"], tab["ood_dropout_accuracy"]) == (1.0, 0.0)
     assert tab["mean_turns_ood"] == 1.5
 

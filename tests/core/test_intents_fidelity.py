@@ -4,7 +4,6 @@ edit prompt's examples, covers every intent pair of a small catalogue and bounds
 import json
 
 import polars as pl
-import pytest
 
 from dagster_project.config import IntentsConfig
 from dagster_project.core.intents.catalog import Catalog, Intent
@@ -88,3 +87,44 @@ def test_intent_pairs_cover_every_pair_of_a_small_catalogue_and_sample_above_the
     assert every["split"].value_counts().sort("split").rows() == [("test", 2), ("train", 8)]  # 3:1 of 10, rounded
     sampled = pair_plan(names, IntentsConfig(n_pair_train=3, n_pair_test=1, pair_sample_above=9))
     assert sampled.height == 4 and sampled["coverage"].unique().to_list() == ["sampled"]
+
+
+def _scores(statuses: dict[str, str]) -> pl.DataFrame:
+    """conversation_scores rows (one turn each) with the given score_status per conversation."""
+    return pl.DataFrame([{"subject": "s", "conversation_id": cid, "kind": "ambiguous", "assistant_turn": 1,
+                          "sdrs": 1.0 if st == "ok" else None, "ars": 1 if st == "ok" else None, "relevance": None,
+                          "conciseness": None, "repetition_avoidance": None, "factuality": None, "politeness": None,
+                          "score_status": st, "outcome": "correct"} for cid, st in statuses.items()])
+
+
+def test_judge_failures_are_counted_not_hidden_in_the_eval_table_and_the_sweep():
+    from dagster_project.core.intents.curation import keep_percentile_sweep
+    from dagster_project.core.intents.evaluation import intent_eval_table
+    from dagster_project.core.intents.scoring import conversation_table
+
+    statuses = {"a1": "ok", "a2": "judge_llm_error", "a3": "judge_parse_error"}
+    turns = pl.DataFrame([{"subject": "s", "conversation_id": c, "kind": "ambiguous", "outcome": "correct",
+                           "n_assistant_turns": 1, "llm_calls": 1} for c in statuses])
+    r = intent_eval_table(turns, _scores(statuses)).row(0, named=True)
+    assert (r["n_total"], r["n_scored"], r["n_judge_failed"]) == (3, 1, 2)
+    conv = _scores(statuses).with_columns(split=pl.lit("train"), method=pl.lit("edit"), query_id=pl.col(
+        "conversation_id"), true_intent=pl.lit("x"), n_turns=pl.lit(1), A=pl.lit(1.0), R=pl.lit(None))
+    sweep = keep_percentile_sweep(conversation_table(conv), [100.0])
+    assert sweep.select("n_total", "n_scored").row(0) == (3, 1)
+
+
+def test_conversation_scores_check_bounds_the_judge_error_rate():
+    from dagster_project.config import parse_params
+    from dagster_project.defs.quality.checks import load_suites, validate_frame
+
+    suite = {f"{s.group}/{s.asset}": s for s in load_suites()}["intents/conversation_scores"]
+    params = parse_params({"quality": {"max_error_rate": 0.2}})
+    base = _scores({f"c{i}": "ok" for i in range(9)} | {"c9": "judge_llm_error"}).with_columns(
+        sdrs=pl.col("sdrs").fill_null(0.0), A=pl.col("sdrs").fill_null(0.0), R=pl.lit(None, pl.Float64), n_turns=pl.lit(1),
+        action=pl.lit("intent"))
+    assert validate_frame(base, suite, params)[0]  # 1 in 10 failed
+    worse = base.with_columns(score_status=pl.when(pl.col("conversation_id").is_in(["c7", "c8"]))
+                              .then(pl.lit("judge_parse_error")).otherwise(pl.col("score_status")))
+    ok, meta = validate_frame(worse, suite, params)
+    failed = [k for k, v in meta.items() if not v["success"]]
+    assert not ok and len(failed) == 1 and "judge error rate" in failed[0]  # 3 in 10 > 0.2

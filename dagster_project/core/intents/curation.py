@@ -73,7 +73,8 @@ def top_percentile_cut(conv: pl.DataFrame, keep_percentile: float, require_corre
 
 
 def keep_percentile_sweep(conv: pl.DataFrame, percentiles: list[float]) -> pl.DataFrame:
-    """Table 4 layout on the generated data: for each percentile, how many scored conversations the cut keeps,
+    """Table 4 layout on the generated data: for each percentile, of n_total conversations the n_scored with an SDRS
+    (the rest failed outside the assistant or lost their judge call), how many the cut keeps,
     their mean SDRS and the SDRS at the cut. (The paper reports the SDRS of a model fine-tuned on each subset;
     this pipeline does not fine-tune, so it reports the kept set itself.)"""
     s = conv.filter(pl.col("sdrs").is_not_null()).sort(["sdrs", "conversation_id"], descending=[True, False])
@@ -81,11 +82,12 @@ def keep_percentile_sweep(conv: pl.DataFrame, percentiles: list[float]) -> pl.Da
     for p in percentiles:
         k = keep_count(s.height, p)
         top = s.head(k)["sdrs"]
-        rows.append({"percentile": float(p), "n_scored": s.height, "n_kept": k,
+        rows.append({"percentile": float(p), "n_total": conv.height, "n_scored": s.height, "n_kept": k,
                      "mean_sdrs_kept": float(top.mean()) if k else None,
                      "cut_sdrs": float(top[-1]) if k else None,
                      "n_correct_kept": int((s.head(k)["outcome"] == "correct").sum())})
-    return pl.DataFrame(rows, schema={"percentile": pl.Float64, "n_scored": pl.Int64, "n_kept": pl.Int64,
+    return pl.DataFrame(rows, schema={"percentile": pl.Float64, "n_total": pl.Int64, "n_scored": pl.Int64,
+                                      "n_kept": pl.Int64,
                                       "mean_sdrs_kept": pl.Float64, "cut_sdrs": pl.Float64,
                                       "n_correct_kept": pl.Int64})
 

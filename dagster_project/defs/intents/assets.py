@@ -146,6 +146,8 @@ def conversation_scores(context: dg.AssetExecutionContext, params: dg.ResourcePa
     conv = conversation_table(out)
     context.add_output_metadata({
         **chat.usage(), "turns": out.height, "conversations": conv.height,
+        "n_scored": int(conv["sdrs"].is_not_null().sum()),
+        "n_judge_failed": int(conv["score_status"].str.starts_with("judge_").sum()),
         "mean_sdrs": _round(conv["sdrs"].mean()), "mean_ars": _round(out["ars"].mean()),
         "score_status": _counts(conv, "score_status"), "sdrs_distribution": dg.MetadataValue.md(_sdrs_histogram(conv)),
         "seconds": round(time.monotonic() - t0, 1)})
