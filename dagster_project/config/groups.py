@@ -81,8 +81,11 @@ class RetrievalConfig(Strict):
     rewrite_answers: bool = True                           # Algorithm 1: conceal -> hint -> reveal rewrites
     refine_temperature: float = Field(0.7, ge=0.0, le=2.0)
     first_stage_k: int = Field(100, gt=0)                  # BM25 depth (paper: 100)
-    rerank_depth: int = Field(10, gt=0)                    # BM25 candidates the generative re-ranker sees
-    generate_top: int = Field(3, gt=0)                     # keyword IDs it generates, one constrained step each
+    rerank_depth: int = Field(10, gt=0)                    # BM25 candidates the generative re-ranker ranks in full
+    failed_rerank: Literal["first_stage", "drop_query"] = "first_stage"  # a failed ranking: keep BM25's, flagged,
+    #                                                        or remove the query from EVERY ranker's scores
+    training_negatives: int = Field(7, ge=1)               # BM25 negatives per re-ranker training example
+    facet_split: list[float] = Field(default_factory=lambda: [0.8, 0.1, 0.1])  # train/val/test share of facets
     keywords_per_doc: int = Field(5, gt=0)                 # YAKE keywords per keyword ID (paper: 5)
     keyword_ngram: int = Field(2, ge=1, le=3)
     snippet_chars: int = Field(120, ge=0)                  # document text shown next to each ID
@@ -99,10 +102,10 @@ class RetrievalConfig(Strict):
             raise ValueError("retrieval.turn_lengths: lengths must be >= 2 (a session has at least two turns)")
         if len(set(self.turn_lengths)) != len(self.turn_lengths):
             raise ValueError("retrieval.turn_lengths: lengths must be distinct")
-        if self.generate_top > self.rerank_depth:
-            raise ValueError("retrieval.generate_top must be <= retrieval.rerank_depth")
         if self.rerank_depth > self.first_stage_k:
             raise ValueError("retrieval.rerank_depth must be <= retrieval.first_stage_k")
+        if len(self.facet_split) != 3 or any(x < 0 for x in self.facet_split) or abs(sum(self.facet_split) - 1) > 1e-9:
+            raise ValueError("retrieval.facet_split: three non-negative shares (train, val, test) that sum to 1")
         if not self.rankers or not self.inputs or not self.ks or any(k < 1 for k in self.ks):
             raise ValueError("retrieval: rankers, inputs and ks (>= 1) must not be empty")
         return self

@@ -39,6 +39,10 @@ def _out(name: str, description: str) -> dg.AssetOut:
     return dg.AssetOut(key=[GROUP, name], group_name=GROUP, kinds={"polars"}, description=description)
 
 
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 4)
+
+
 def _trec_folder() -> Path:
     folder = Path(ASSETS_DIR) / GROUP / "trec"
     folder.mkdir(parents=True, exist_ok=True)
@@ -171,15 +175,20 @@ def runs(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params], ll
 def retrieval_metrics(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params], runs: pl.DataFrame,
                       qrels: pl.DataFrame, inferred_queries: pl.DataFrame) -> pl.DataFrame:
     """MRR, P@k, nDCG@k (trec_eval via pytrec_eval) per ranker x input (multi/single turn) x modality, overall
-    and by number of turns."""
+    and by number of turns; every ranker on the same queries (n_queries, n_fallback per row, `failed_rerank`), and
+    the share of generated ranks of the generative re-ranker."""
     cfg = params.retrieval
     expected = expected_queries(inferred_queries, runs, cfg.rankers)
-    table, per_query = evaluation_table(runs, expected, qrels, cfg.ks, ranking_metrics)
+    table, per_query = evaluation_table(runs, expected, qrels, cfg.ks, ranking_metrics, cfg.failed_rerank,
+                                        cfg.rerank_depth)
     table = table.with_columns(source=pl.lit(f"{GROUP}.runs"))
     (_trec_folder() / "qrels.txt").write_text(to_trec_qrels(qrels, inferred_queries.select("query_id", "facet_id")))
     overall = table.filter(pl.col("breakdown") == "overall").drop("breakdown", "n_turns", "source")
+    gen = overall.filter(pl.col("ranker") == "generative_rerank")
     context.add_output_metadata({
-        "evaluated_queries": per_query.height,
+        "evaluated_queries": per_query.height, "failed_rerank": cfg.failed_rerank,
+        "fallback_queries": int(overall["n_fallback"].sum() or 0),
+        "generated_rank_share": _round(gen["generated_share"].mean()) if gen.height else None,
         "excluded_queries": int(table.filter(pl.col("breakdown") == "overall")["n_excluded"].sum() or 0),
         "overall": dg.MetadataValue.md(markdown_table(overall)),
         "with_images": dg.MetadataValue.md(markdown_table(

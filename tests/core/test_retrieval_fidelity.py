@@ -1,0 +1,42 @@
+"""Issue 15 items 12-15: every ranker on the same queries, a full generated ranking, the re-ranker training export
+and counted refinement parse errors."""
+
+import polars as pl
+import pytest
+
+from dagster_project.core.retrieval.evaluation import evaluation_table, expected_queries
+from dagster_project.core.retrieval.metrics import ranking_metrics
+
+
+def _runs(failed_query: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """bm25 and generative_rerank on queries a, b; generative failed on `failed_query` and kept bm25's order."""
+    rows = []
+    for q, bm, gen in (("a", ["x", "r"], ["r", "x"]), ("b", ["x", "r"], ["r", "x"])):
+        failed = q == failed_query
+        for ranker, order in (("bm25", bm), ("generative_rerank", bm if failed else gen)):
+            for k, d in enumerate(order, start=1):
+                rows.append({"run_id": f"{ranker}/multi_turn/text_only", "ranker": ranker, "modality": "text_only",
+                             "query_id": q, "rank": k, "doc_id": d,
+                             "stage": "generated" if ranker == "generative_rerank" and not failed else "first_stage",
+                             "status": "llm_error" if failed and ranker == "generative_rerank" else "ok"})
+    inferred = pl.DataFrame({"query_id": ["a", "b"], "input": ["multi_turn"] * 2, "facet_id": ["F"] * 2,
+                             "n_turns": [2, 2], "status": ["ok"] * 2, "images": [[], []]})
+    runs = pl.DataFrame(rows)
+    return runs, expected_queries(inferred, runs, ["bm25", "generative_rerank"])
+
+
+def test_every_ranker_is_scored_on_the_same_queries():
+    runs, exp = _runs(failed_query="b")
+    qrels = pl.DataFrame({"qid": ["F"], "doc_id": ["r"], "rel": [1]})
+    table, _ = evaluation_table(runs, exp, qrels, [1], ranking_metrics, "first_stage", rerank_depth=2)
+    o = {r["ranker"]: r for r in table.filter(pl.col("breakdown") == "overall").iter_rows(named=True)}
+    # the failed re-rank is scored on the BM25 order it kept (RR .5), flagged; both rankers have n = 2
+    assert (o["bm25"]["n_queries"], o["generative_rerank"]["n_queries"]) == (2, 2)
+    assert (o["bm25"]["n_fallback"], o["generative_rerank"]["n_fallback"]) == (0, 1)
+    assert o["generative_rerank"]["mrr"] == pytest.approx(0.75) and o["bm25"]["mrr"] == pytest.approx(0.5)
+    assert o["generative_rerank"]["generated_share"] == pytest.approx(0.5) and o["bm25"]["generated_share"] is None
+    dropped, _ = evaluation_table(runs, exp, qrels, [1], ranking_metrics, "drop_query", rerank_depth=2)
+    d = {r["ranker"]: r for r in dropped.filter(pl.col("breakdown") == "overall").iter_rows(named=True)}
+    # drop_query: b leaves BOTH rankers, not only the one that failed
+    assert (d["bm25"]["n_queries"], d["generative_rerank"]["n_queries"]) == (1, 1)
+    assert (d["bm25"]["n_excluded"], d["generative_rerank"]["mrr"]) == (1, pytest.approx(1.0))
