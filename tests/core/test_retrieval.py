@@ -273,7 +273,7 @@ def test_refine_sessions_moves_drops_and_dedups():
          "qa_ids": ["F2/e", "F2/f", "F2/g"]},
         {"session_id": "L2:F2:f+g", "facet_id": "F2", "sampled_length": 2, "stream_index": 8, "qa_ids": ["F2/f", "F2/g"]},
     ]).with_columns(combinations_available=pl.lit(9), target_per_length=pl.lit(2))
-    similar = {("F2/e", "F2/f"): _ok(SIMILAR, {"information": "same"}), ("F1/a", "F1/c"): _failed("parse_error")}
+    similar = {("F2/e", "F2/f"): _ok(SIMILAR, {"information": "same"})}
     revealed = {"F1/b": _ok(REVEALED, {"intention": "revealed"}), "F2/f": _ok(REVEALED, {"intention": "revealed"})}
     rewrites = {("F1/a", "conceal"): _ok(REWRITE["conceal"], {"answer": " hidden \n a"}),
                 ("F1/c", "hint"): _failed("llm_error")}
@@ -285,7 +285,7 @@ def test_refine_sessions_moves_drops_and_dedups():
     assert rows["L3:F1:a+b+c"]["n_turns"] == 2 and rows["L3:F1:a+b+c"]["cut_from"] == 3
     assert rows["L3:F2:e+f+g"]["reject_reason"] == "similar QA pairs F2/e ~ F2/f"
     assert rows["L2:F2:f+g"]["reject_reason"] == "facet revealed at turn 1"
-    # an unusable similarity verdict keeps the session but marks it
+    # a failed rewrite keeps the session and the raw answer, and marks it
     kept = rows["L3:F1:a+c+d"]
     assert kept["kept"] and kept["status"] == "llm_error" and "boom" in kept["error"]
     assert [t["answer"] for t in kept["turns"]] == ["hidden a", "a F1/c", "a F1/d"]  # failed rewrite: raw answer

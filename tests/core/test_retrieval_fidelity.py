@@ -6,6 +6,7 @@ import pytest
 
 from dagster_project.core.retrieval.evaluation import evaluation_table, expected_queries
 from dagster_project.core.retrieval.metrics import ranking_metrics
+from dagster_project.llm.chat import ChatResult
 
 
 def _runs(failed_query: str) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -40,3 +41,29 @@ def test_every_ranker_is_scored_on_the_same_queries():
     # drop_query: b leaves BOTH rankers, not only the one that failed
     assert (d["bm25"]["n_queries"], d["generative_rerank"]["n_queries"]) == (1, 1)
     assert (d["bm25"]["n_excluded"], d["generative_rerank"]["mrr"]) == (1, pytest.approx(1.0))
+
+
+def test_an_unparseable_refinement_verdict_is_a_counted_parse_error_row_the_check_bounds():
+    from dagster_project.config import parse_params
+    from dagster_project.core.retrieval.refinement import SIMILAR, refine_sessions
+    from dagster_project.defs.quality.checks import load_suites, validate_frame
+
+    qa = {f"F1/{x}": {"topic_id": "T1", "facet_desc": "f", "initial_request": "r", "question_id": x,
+                      "question": f"q {x}", "answer": f"a {x}", "images": []} for x in "abcd"}
+    cands = pl.DataFrame([{"session_id": f"L2:F1:{x}", "facet_id": "F1", "sampled_length": 2, "stream_index": k,
+                           "qa_ids": [f"F1/{x[0]}", f"F1/{x[1]}"]} for k, x in enumerate(["ab", "cd"])]).with_columns(
+        combinations_available=pl.lit(6), target_per_length=pl.lit(2))
+    req = SIMILAR.request({"question1": "q", "answer1": "a", "question2": "q2", "answer2": "a2"}, seed=0)
+    [bad] = SIMILAR.outcomes(None, req, ChatResult(texts=['{"information": "perhaps"}'], model="m"))
+    [good] = SIMILAR.outcomes(None, req, ChatResult(texts=['{"information": "different"}'], model="m"))
+    out = refine_sessions(cands, qa, {("F1/a", "F1/b"): good, ("F1/c", "F1/d"): bad}, {}, {})
+    rows = {r["session_id"]: r for r in out.iter_rows(named=True)}
+    assert rows["L2:F1:ab"]["kept"] and rows["L2:F1:ab"]["status"] == "ok"
+    dropped = rows["L2:F1:cd"]
+    assert not dropped["kept"] and dropped["status"] == "parse_error"
+    assert dropped["reject_reason"] == "judge verdict unusable (parse_error): similar_pair F1/c ~ F1/d"
+    suite = {f"{s.group}/{s.asset}": s for s in load_suites()}["retrieval/sessions"]
+    ok, meta = validate_frame(out, suite, parse_params({"quality": {"max_error_rate": 0.2}}))
+    failed = [k for k, v in meta.items() if not v["success"]]
+    assert not ok and len(failed) == 1 and "parse_error or llm_error" in failed[0]  # 1 of 2 > 0.2
+    assert validate_frame(out, suite, parse_params({"quality": {"max_error_rate": 0.5}}))[0]

@@ -120,7 +120,7 @@ def sessions(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params]
                             pl.repeat(f"{GROUP}.clarification_qa", out.height, eager=True).alias("source"))
     summary = length_summary(out, cfg.turn_lengths)
     context.add_output_metadata({
-        **chat.usage(), "sampled": out.height, "kept": int(out["kept"].sum()),
+        **chat.usage(), "sampled": out.height, "kept": int(out["kept"].sum()), **status_counts(out),
         "per_length": dg.MetadataValue.md(markdown_table(summary)),
         "shortfall": int(summary["shortfall"].sum()),
         "rejected_reasons": dg.MetadataValue.json(
