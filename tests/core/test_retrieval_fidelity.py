@@ -67,3 +67,50 @@ def test_an_unparseable_refinement_verdict_is_a_counted_parse_error_row_the_chec
     failed = [k for k, v in meta.items() if not v["success"]]
     assert not ok and len(failed) == 1 and "parse_error or llm_error" in failed[0]  # 1 of 2 > 0.2
     assert validate_frame(out, suite, parse_params({"quality": {"max_error_rate": 0.5}}))[0]
+
+
+def test_facet_split_is_80_10_10_by_facet_and_seeded():
+    from dagster_project.core.retrieval.training import facet_splits
+
+    facets = [f"F{i}" for i in range(20)]
+    split = facet_splits(facets + facets[:5], [0.8, 0.1, 0.1], seed=3)  # repeats do not matter
+    assert set(split) == set(facets)
+    assert sorted(list(split.values()).count(s) for s in ("train", "val", "test")) == [2, 2, 16]
+    assert split == facet_splits(list(reversed(facets)), [0.8, 0.1, 0.1], seed=3)
+    assert split != facet_splits(facets, [0.8, 0.1, 0.1], seed=4)
+
+
+def test_reranker_training_export_matches_inference_and_loads_in_datasets(tmp_path):
+    import json
+
+    from dagster_project.config import RetrievalConfig
+    from dagster_project.core.retrieval.documents import snippet
+    from dagster_project.core.retrieval.reranking import rerank_step_request
+    from dagster_project.core.retrieval.training import training_examples, trl_records
+
+    docs = pl.DataFrame({"doc_id": ["d1", "d2", "d3", "d4"], "title": [None] * 4,
+                         "text": ["red leather sofa", "blue leather sofa", "leather care", "garden tools"],
+                         "keyword_id": ["red sofa", "blue sofa", "leather care", "garden tools"]})
+    inferred = pl.DataFrame({"query_id": ["s1|multi_turn", "s2|multi_turn"], "session_id": ["s1", "s2"],
+                             "input": ["multi_turn"] * 2, "topic_id": ["T1", "T2"], "facet_id": ["F1", "F2"],
+                             "initial_request": ["sofa", "tools"], "conversation": ["User: sofa", "User: tools"],
+                             "inferred_query": ["leather sofa", None], "status": ["ok", "parse_error"]})
+    cfg = RetrievalConfig(training_negatives=2, snippet_chars=20, facet_split=[1.0, 0.0, 0.0])
+    out = training_examples(inferred, docs, {"F1": {"d1": 1, "d2": 0}, "F2": {"d4": 0}}, ["F1", "F2"], cfg)
+    kept = out.filter(pl.col("kept")).row(0, named=True)
+    assert kept["positive_doc_id"] == "d1" and kept["split"] == "train" and kept["topic_seen"]
+    assert set(kept["negative_doc_ids"]) == {"d2", "d3"}  # BM25 hits that are not relevant (judged 0 included)
+    assert sorted(kept["candidate_doc_ids"]) == ["d1", "d2", "d3"]
+    text = {"d1": "red leather sofa", "d2": "blue leather sofa", "d3": "leather care"}
+    kid = dict(docs.select("doc_id", "keyword_id").iter_rows())
+    same = rerank_step_request("leather sofa", "User: sofa",
+                               [(kid[d], snippet(text[d], 20)) for d in kept["candidate_doc_ids"]], [])
+    assert kept["prompt"] == [dict(m) for m in same.messages]  # exactly what inference sends at rank 1
+    assert json.loads(kept["completion"][0]["content"]) == {"next": "red sofa"}
+    assert out.filter(~pl.col("kept"))["reject_reason"].to_list() == ["facet has no relevant document"]
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in trl_records(out, "train")) + "\n")
+    import datasets
+
+    ds = datasets.load_dataset("json", data_files=str(path), split="train")
+    assert ds.column_names == ["prompt", "completion"] and len(ds) == 1

@@ -19,6 +19,7 @@ from dagster_project.core.retrieval.metrics import ranking_metrics
 from dagster_project.core.retrieval.rankers import rank_queries
 from dagster_project.core.retrieval.refinement import length_summary, refine
 from dagster_project.core.retrieval.sessions import facet_pools, sample_sessions
+from dagster_project.core.retrieval.training import SPLITS, training_examples, trl_records
 from dagster_project.core.shared.tables import markdown_table
 from dagster_project.io.formats.retrieval import (
     import_clarification_qa,
@@ -26,6 +27,7 @@ from dagster_project.io.formats.retrieval import (
     import_qrels,
 )
 from dagster_project.io.formats.trec import to_trec_qrels, to_trec_run
+from dagster_project.io.writers import write_jsonl_atomic
 from dagster_project.lib.assets import group_asset, status_counts, upstream
 from dagster_project.lib.resources import EmbedderResource, LLMResource
 from dagster_project.lib.warehouse import ASSETS_DIR
@@ -195,3 +197,37 @@ def retrieval_metrics(context: dg.AssetExecutionContext, params: dg.ResourcePara
             table.filter(pl.col("breakdown") == "with_images").drop("breakdown", "n_turns", "source"))),
     })
     return table
+
+
+# --------------------------------------------------------------------------- re-ranker training data (§4.3.2, §5)
+
+@asset(ins=upstream("retrieval/inferred_queries", "retrieval/documents", "retrieval/qrels",
+                    "retrieval/clarification_qa"))
+def reranker_training(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                      inferred_queries: pl.DataFrame, documents: pl.DataFrame, qrels: pl.DataFrame,
+                      clarification_qa: pl.DataFrame) -> pl.DataFrame:
+    """Generative re-ranker training data: per session and relevant document, the first decoding step exactly as
+    inference renders it (BM25 negatives as the other candidates) and the positive's keyword ID as completion;
+    facets split train/val/test (`facet_split`, paper 80/10/10), test topics marked seen/unseen. Each split's kept
+    rows go to assets/retrieval/exports/reranker_<split>.jsonl (TRL prompt-completion); an empty split writes no
+    file and says so in the metadata."""
+    cfg = params.retrieval
+    out = training_examples(inferred_queries, documents, relevant_by_facet(qrels),
+                            clarification_qa["facet_id"].unique().to_list(), cfg)
+    folder = Path(ASSETS_DIR) / GROUP / "exports"
+    meta: dict = {"rows": out.height, "kept": int(out["kept"].sum()),
+                  "rejected": dg.MetadataValue.json(dict(
+                      out.filter(~pl.col("kept")).group_by("reject_reason").len().iter_rows()))}
+    for split in SPLITS:
+        records = trl_records(out, split)
+        path = folder / f"reranker_{split}.jsonl"
+        if records:
+            meta[f"{split}_examples"] = write_jsonl_atomic(records, path)
+        else:
+            path.unlink(missing_ok=True)
+            meta[f"{split}_skipped"] = "no examples: file not written"
+            context.log.warning(f"reranker_training: no {split} examples, {path} not written")
+        meta[f"{split}_facets"] = out.filter(pl.col("split") == split)["facet_id"].n_unique()
+    meta["unseen_test_topics"] = out.filter((pl.col("split") == "test") & ~pl.col("topic_seen"))["topic_id"].n_unique()
+    context.add_output_metadata(meta)
+    return out.with_columns(source=pl.lit(f"{GROUP}.inferred_queries"))
