@@ -19,7 +19,11 @@ from dagster_project.core.retrieval.metrics import ranking_metrics
 from dagster_project.core.retrieval.rankers import rank_queries
 from dagster_project.core.retrieval.refinement import length_summary, refine
 from dagster_project.core.retrieval.sessions import facet_pools, sample_sessions
-from dagster_project.core.retrieval.training import SPLITS, training_examples, trl_records
+from dagster_project.core.retrieval.training import (
+    SPLITS,
+    training_examples,
+    trl_records,
+)
 from dagster_project.core.shared.tables import markdown_table
 from dagster_project.io.formats.retrieval import (
     import_clarification_qa,
