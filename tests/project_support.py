@@ -30,7 +30,7 @@ TINY = {
     "double_turn": {"max_queries": 2, "rounds": 1, "n_shots": 2, "n_clarify_sampled": 0, "n_direct_samples": 2,
                     "random_repeats": 20, "subject_max_tokens": 24, "generator_max_tokens": 160},
     # retrieval: one 2-turn and one 3-turn session; ~20 short LLM calls (refinement, inference, 1 rerank step)
-    "retrieval": {"turn_lengths": [2, 3], "per_length": 1, "rerank_depth": 4, "generate_top": 1,
+    "retrieval": {"turn_lengths": [2, 3], "per_length": 1, "rerank_depth": 2,
                   "snippet_chars": 0},
 }
 

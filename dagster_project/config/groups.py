@@ -9,6 +9,17 @@ from pydantic import Field, model_validator
 from dagster_project.config.base import Strict
 
 
+class EditExample(Strict):
+    """One worked example in the edit prompt (paper Fig. 3 shows a positive and a negative one): the tagged query,
+    its intent, the rewrite, the intents the rewrite could mean (name -> why) and why it is (not) a good edit."""
+
+    query: str
+    intent: str
+    modified_query: str
+    potential_intents: dict[str, str]
+    why: str
+
+
 class IntentsConfig(Strict):
     """Intent classification with clarification (seed: "Scaling Intent Understanding"). Demo sizes; paper sizes
     in params.yaml comments."""
@@ -25,7 +36,20 @@ class IntentsConfig(Strict):
     n_edit_train: int = Field(3, ge=0)                 # edit method: source utterances per split
     n_edit_test: int = Field(2, ge=0)
     n_pair_train: int = Field(1, ge=0)                 # intent-pair method: pairs per split (2 queries each)
-    n_pair_test: int = Field(1, ge=0)
+    n_pair_test: int = Field(1, ge=0)                  # (when sampled; with every pair: the train:test ratio)
+    pair_sample_above: int = Field(100, ge=0)          # every intent pair when the catalogue has at most this many
+    edit_positive: EditExample = EditExample(
+        query="Please cancel the order I placed this morning", intent="cancel_order",
+        modified_query="I need to do something about the order I placed this morning",
+        potential_intents={"cancel_order": "they may want to stop it",
+                           "track_order": "they may want to know where it is",
+                           "change_delivery_address": "they may want it sent elsewhere"},
+        why="the rewrite no longer says what should happen to the order, so several intents honestly fit")
+    edit_negative: EditExample = EditExample(
+        query="I can't log into my account", intent="account_access",
+        modified_query="I can't log into my account on my phone",
+        potential_intents={"account_access": "it is about logging in"},
+        why="the added detail changes nothing: it is still plainly about logging in, so only one intent fits")
     n_unambiguous_train: int = Field(4, ge=0)          # single-turn conversations from tagged utterances
     max_turns: int = Field(3, gt=0)                    # assistant turns per conversation
     structured_output: bool = True                     # assistant replies as JSON (false: the paper's plain text)
@@ -36,7 +60,7 @@ class IntentsConfig(Strict):
     keep_percentile: float = Field(85.0, gt=0.0, le=100.0)
     require_correct: bool = True                       # never train on a conversation whose final intent is wrong
     sweep_percentiles: list[float] = Field(default_factory=lambda: [100.0, 90.0, 85.0, 80.0, 75.0, 65.0])
-    ood_fraction: float = Field(0.2, ge=0.0, le=1.0)   # label dropout share of unambiguous training conversations
+    n_label_dropout: int = Field(2, ge=0)              # label-dropout OOD examples ADDED to training (paper: 200)
     n_test_unambiguous: int = Field(3, ge=0)
     n_test_ood: int = Field(2, ge=0)                   # user-provided out-of-domain utterances
     n_test_dropout: int = Field(2, ge=0)               # label-dropout OOD made from unambiguous test utterances
@@ -57,8 +81,11 @@ class RetrievalConfig(Strict):
     rewrite_answers: bool = True                           # Algorithm 1: conceal -> hint -> reveal rewrites
     refine_temperature: float = Field(0.7, ge=0.0, le=2.0)
     first_stage_k: int = Field(100, gt=0)                  # BM25 depth (paper: 100)
-    rerank_depth: int = Field(10, gt=0)                    # BM25 candidates the generative re-ranker sees
-    generate_top: int = Field(3, gt=0)                     # keyword IDs it generates, one constrained step each
+    rerank_depth: int = Field(10, gt=0)                    # BM25 candidates the generative re-ranker ranks in full
+    failed_rerank: Literal["first_stage", "drop_query"] = "first_stage"  # a failed ranking: keep BM25's, flagged,
+    #                                                        or remove the query from EVERY ranker's scores
+    training_negatives: int = Field(7, ge=1)               # BM25 negatives per re-ranker training example
+    facet_split: list[float] = Field(default_factory=lambda: [0.8, 0.1, 0.1])  # train/val/test share of facets
     keywords_per_doc: int = Field(5, gt=0)                 # YAKE keywords per keyword ID (paper: 5)
     keyword_ngram: int = Field(2, ge=1, le=3)
     snippet_chars: int = Field(120, ge=0)                  # document text shown next to each ID
@@ -75,10 +102,10 @@ class RetrievalConfig(Strict):
             raise ValueError("retrieval.turn_lengths: lengths must be >= 2 (a session has at least two turns)")
         if len(set(self.turn_lengths)) != len(self.turn_lengths):
             raise ValueError("retrieval.turn_lengths: lengths must be distinct")
-        if self.generate_top > self.rerank_depth:
-            raise ValueError("retrieval.generate_top must be <= retrieval.rerank_depth")
         if self.rerank_depth > self.first_stage_k:
             raise ValueError("retrieval.rerank_depth must be <= retrieval.first_stage_k")
+        if len(self.facet_split) != 3 or any(x < 0 for x in self.facet_split) or abs(sum(self.facet_split) - 1) > 1e-9:
+            raise ValueError("retrieval.facet_split: three non-negative shares (train, val, test) that sum to 1")
         if not self.rankers or not self.inputs or not self.ks or any(k < 1 for k in self.ks):
             raise ValueError("retrieval: rankers, inputs and ks (>= 1) must not be empty")
         return self

@@ -16,7 +16,7 @@ from dagster_project.core.intents.assistant import assistant_schema, parse_assis
 from dagster_project.core.intents.catalog import OOD_TARGET, Catalog, Intent, validate_catalog
 from dagster_project.core.intents.curation import (
     keep_percentile_sweep,
-    label_dropout_mask,
+    label_dropout_sources,
     top_percentile_cut,
     training_conversations,
     trl_rows,
@@ -254,14 +254,12 @@ def test_keep_percentile_sweep_table4_layout():
 
 # --------------------------------------------------------------------------- label dropout (§2.2.1)
 
-def test_label_dropout_mask_fraction_and_seed():
-    m = label_dropout_mask(10, 0.2, seed=3)
-    assert sum(m) == 2 and m == label_dropout_mask(10, 0.2, seed=3)
-    assert sum(label_dropout_mask(10, 0.25, seed=3)) == 3  # 2.5 rounds half up
-    assert sum(label_dropout_mask(9, 0.25, seed=3)) == 2  # 2.25
-    assert sum(label_dropout_mask(5, 0.0, seed=3)) == 0 and all(label_dropout_mask(4, 1.0, seed=0))
-    seeds = {tuple(label_dropout_mask(20, 0.3, seed=s)) for s in range(5)}
-    assert len(seeds) > 1  # the seed matters
+def test_label_dropout_sources_count_and_seed():
+    ids = [f"c{i}" for i in range(10)]
+    assert len(label_dropout_sources(ids, 3, seed=3)) == 3 and label_dropout_sources(ids, 3, 3) == \
+        label_dropout_sources(list(reversed(ids)), 3, 3)  # order of the input does not matter
+    assert label_dropout_sources(ids, 50, seed=0) == ids and label_dropout_sources(ids, 0, seed=0) == []
+    assert len({tuple(label_dropout_sources(ids, 3, seed=s)) for s in range(5)}) > 1  # the seed matters
 
 
 def _turns_for(seeds_and_msgs):
@@ -289,9 +287,9 @@ def test_training_conversations_label_dropout_removes_the_true_intent():
                          "outcome": ["correct"] * 5, "n_turns": [1, 1, 1, 1, 2], "sdrs": [1.0, 1.0, 1.0, 1.0, 0.9],
                          "score_status": ["ok"] * 5})
     out = training_conversations(turns, conv, cat, [], IntentsConfig(keep_percentile=100, require_correct=True,
-                                                                     ood_fraction=0.5, seed=1, examples_per_intent=1))
+                                                                     n_label_dropout=2, seed=1, examples_per_intent=1))
     drop = out.filter(pl.col("label_dropout"))
-    assert drop.height == 2 and drop["kept"].all()
+    assert drop.height == 2 and drop["kept"].all() and out.height == 7  # added, not rewritten in place
     for r in drop.iter_rows(named=True):
         system = r["messages"][0]["content"]
         assert f"- {r['true_intent']}:" not in system  # really absent from the candidate list
@@ -302,7 +300,7 @@ def test_training_conversations_label_dropout_removes_the_true_intent():
     assert [m["role"] for m in a0["messages"]] == ["system", "user", "assistant", "user", "assistant"]
     assert a0["messages"][-1]["content"] == "cancel_order" and a0["kept"]
     lines = trl_rows(out)
-    assert len(lines) == 5 and all(list(x) == ["messages"] for x in lines)
+    assert len(lines) == 7 and all(list(x) == ["messages"] for x in lines)
 
 
 # --------------------------------------------------------------------------- simulation and scoring with a script
@@ -497,7 +495,7 @@ def test_intent_eval_table_hand_computed():
          "relevance": 0.5, "conciseness": 1.0, "repetition_avoidance": 1.0, "factuality": 1.0, "politeness": 0.0},
         {"subject": "s", "conversation_id": "a1", "kind": "ambiguous", "assistant_turn": 2, "sdrs": 0.5, "ars": 1,
          "relevance": None, "conciseness": None, "repetition_avoidance": None, "factuality": None, "politeness": None},
-    ])
+    ]).with_columns(score_status=pl.lit("ok"))
     r = intent_eval_table(turns, scores).row(0, named=True)
     assert r["ic_accuracy"] == 0.5 and r["n_unambiguous"] == 2 and r["excluded"] == 1  # the llm_error is excluded
     assert r["sdrs"] == pytest.approx(1.5 / 3)  # per conversation, not per turn
@@ -586,17 +584,17 @@ def test_label_dropout_true_intent_absent_from_the_whole_system_prompt():
                          "split": ["train"] * 2, "query_id": ["q0", "q1"], "true_intent": ["track_order"] * 2,
                          "outcome": ["correct"] * 2, "n_turns": [1, 1], "sdrs": [1.0, 1.0], "score_status": ["ok"] * 2})
     out = training_conversations(turns, conv, cat, demos, IntentsConfig(keep_percentile=100, require_correct=True,
-                                                                        ood_fraction=1.0, seed=0,
+                                                                        n_label_dropout=2, seed=0,
                                                                         examples_per_intent=1))
-    assert out["label_dropout"].all()
-    for r in out.iter_rows(named=True):
+    assert out["label_dropout"].sum() == 2
+    for r in out.filter(pl.col("label_dropout")).iter_rows(named=True):
         system = r["messages"][0]["content"]
         assert "track_order" not in system  # not in the list, not in a demo, not in an example
         assert "cancel_order" in system and "stop it" in system  # the other demo stays
         assert "where is my stuff" not in system
     # without dropout the same prompt does list it, and shows its demo
     kept = training_conversations(turns, conv, cat, demos, IntentsConfig(keep_percentile=100, require_correct=True,
-                                                                         ood_fraction=0.0, seed=0,
+                                                                         n_label_dropout=0, seed=0,
                                                                          examples_per_intent=1))
     assert "track_order" in kept["messages"][0][0]["content"] and "where is my stuff" in kept["messages"][0][0][
         "content"]
@@ -623,7 +621,8 @@ def test_ood_conversations_may_ask_before_saying_out_of_domain():
                               pl.DataFrame(schema={"subject": pl.Utf8, "kind": pl.Utf8, **{
                                   c: pl.Float64 for c in ("sdrs", "ars", "relevance", "conciseness",
                                                           "repetition_avoidance", "factuality", "politeness")},
-                                  "assistant_turn": pl.Int64, "conversation_id": pl.Utf8})).row(0, named=True)
+                                  "assistant_turn": pl.Int64, "conversation_id": pl.Utf8,
+                                  "score_status": pl.Utf8})).row(0, named=True)
     assert (tab["ood_accuracy"], tab["ood_dropout_accuracy"]) == (1.0, 0.0)
     assert tab["mean_turns_ood"] == 1.5
 

@@ -273,7 +273,7 @@ def test_refine_sessions_moves_drops_and_dedups():
          "qa_ids": ["F2/e", "F2/f", "F2/g"]},
         {"session_id": "L2:F2:f+g", "facet_id": "F2", "sampled_length": 2, "stream_index": 8, "qa_ids": ["F2/f", "F2/g"]},
     ]).with_columns(combinations_available=pl.lit(9), target_per_length=pl.lit(2))
-    similar = {("F2/e", "F2/f"): _ok(SIMILAR, {"information": "same"}), ("F1/a", "F1/c"): _failed("parse_error")}
+    similar = {("F2/e", "F2/f"): _ok(SIMILAR, {"information": "same"})}
     revealed = {"F1/b": _ok(REVEALED, {"intention": "revealed"}), "F2/f": _ok(REVEALED, {"intention": "revealed"})}
     rewrites = {("F1/a", "conceal"): _ok(REWRITE["conceal"], {"answer": " hidden \n a"}),
                 ("F1/c", "hint"): _failed("llm_error")}
@@ -285,7 +285,7 @@ def test_refine_sessions_moves_drops_and_dedups():
     assert rows["L3:F1:a+b+c"]["n_turns"] == 2 and rows["L3:F1:a+b+c"]["cut_from"] == 3
     assert rows["L3:F2:e+f+g"]["reject_reason"] == "similar QA pairs F2/e ~ F2/f"
     assert rows["L2:F2:f+g"]["reject_reason"] == "facet revealed at turn 1"
-    # an unusable similarity verdict keeps the session but marks it
+    # a failed rewrite keeps the session and the raw answer, and marks it
     kept = rows["L3:F1:a+c+d"]
     assert kept["kept"] and kept["status"] == "llm_error" and "boom" in kept["error"]
     assert [t["answer"] for t in kept["turns"]] == ["hidden a", "a F1/c", "a F1/d"]  # failed rewrite: raw answer
@@ -407,23 +407,20 @@ def _chat_from(pick):
 def test_generative_rerank_with_a_constrained_backend_never_repeats():
     cands = [("k1", ""), ("k2", ""), ("k3", ""), ("k4", "")]
     task = GenerativeTask("q", "c", cands, ["d1", "d2", "d3", "d4"])
-    # a backend that honours the schema and always takes the last allowed ID
-    [res] = generative_rerank([task], 3, _chat_from(lambda allowed: allowed[-1]))
-    assert res.order == ["d4", "d3", "d2", "d1"] and res.generated == 3 and res.status == "ok"
-    assert len(res.raw_outputs) == 3
-    # more steps than candidates: stops when every ID is ranked
-    [res] = generative_rerank([task], 10, _chat_from(lambda allowed: allowed[0]))
-    assert res.order == ["d1", "d2", "d3", "d4"] and res.generated == 4
+    # a backend that honours the schema and always takes the last allowed ID: the full list, reversed
+    [res] = generative_rerank([task], _chat_from(lambda allowed: allowed[-1]))
+    assert res.order == ["d4", "d3", "d2", "d1"] and res.generated == 4 and res.status == "ok"
+    assert len(res.raw_outputs) == 3 and res.calls == 3  # the 4th rank is the one ID left: no call
 
 
 def test_generative_rerank_flags_a_backend_that_ignores_the_constraint():
-    """If a backend returned an ID outside the schema, the run says so; it is not silently filtered."""
+    """If a backend returned an ID outside the schema, the run says so and keeps the first-phase order."""
     cands = [("k1", ""), ("k2", ""), ("k3", "")]
     tasks = [GenerativeTask("q", "c", cands, ["d1", "d2", "d3"])]
-    [res] = generative_rerank(tasks, 3, _chat_from(lambda allowed: "k1"))  # repeats k1 at step 2
-    assert res.status == "parse_error" and "'k1' is not an allowed candidate" in res.error
-    assert res.order == ["d1", "d2", "d3"] and res.generated == 1
-    [res] = generative_rerank(tasks, 2, lambda role, reqs: [ChatResult(texts=[""], error="down") for _ in reqs])
+    [res] = generative_rerank(tasks, _chat_from(lambda allowed: "k2"))  # repeats k2 at step 2
+    assert res.status == "parse_error" and "'k2' is not an allowed candidate" in res.error
+    assert res.order == ["d1", "d2", "d3"] and res.generated == 0 and res.fallback
+    [res] = generative_rerank(tasks, lambda role, reqs: [ChatResult(texts=[""], error="down") for _ in reqs])
     assert res.status == "llm_error" and res.generated == 0 and res.order == ["d1", "d2", "d3"]
 
 
@@ -484,10 +481,10 @@ def test_evaluation_table_overall_by_turns_and_exclusions():
     assert by[2]["n_queries"] == 1 and by[2]["n_excluded"] == 1 and by[2]["mrr"] == pytest.approx(0.5)
     assert by[3]["n_queries"] == 2 and by[3]["mrr"] == pytest.approx(0.5)
     assert per_query.height == 3
-    # a failed query is excluded, not scored 0
+    # failed_rerank=drop_query: a failed query is excluded, not scored 0
     failed = expected.with_columns(status=pl.when(pl.col("query_id") == "c|m").then(pl.lit("llm_error"))
                                    .otherwise(pl.col("status")))
-    t2, _ = evaluation_table(runs, failed, qrels, [1], ranking_metrics)
+    t2, _ = evaluation_table(runs, failed, qrels, [1], ranking_metrics, "drop_query")
     o2 = t2.filter(pl.col("breakdown") == "overall").row(0, named=True)
     assert (o2["n_queries"], o2["n_excluded"], o2["mrr"]) == (2, 2, pytest.approx(0.75))
 
@@ -538,7 +535,7 @@ def test_expected_queries_status_rules():
 
 def test_retrieval_params_validated():
     assert parse_params({"retrieval": {"per_length": 5}}).retrieval.per_length == 5
-    for bad, key in (({"turn_lengths": [1, 2]}, "turn_lengths"), ({"generate_top": 20}, "generate_top"),
+    for bad, key in (({"turn_lengths": [1, 2]}, "turn_lengths"), ({"facet_split": [0.5, 0.1, 0.1]}, "facet_split"),
                      ({"rankers": ["bm26"]}, "rankers"), ({"per_lenght": 3}, "per_lenght")):
         with pytest.raises(ParamsError, match=key):
             parse_params({"retrieval": bad})

@@ -109,8 +109,8 @@ def _run(tmp_path, monkeypatch, fail=None, max_error_rate=0.2, **overrides):
     backend = ScriptedBackend(responder, fail)
     cfg = {"dataset": "data/utterances.csv", "catalog": "data/catalog.jsonl", "few_shot": "data/few_shot.jsonl",
            "ambiguous_dataset": "data/ambiguous.jsonl",
-           "n_edit_train": 3, "n_edit_test": 1, "n_pair_train": 1, "n_pair_test": 1, "n_unambiguous_train": 99,
-           "max_turns": 3, "n_test_unambiguous": 99, "n_test_ood": 5, "n_test_dropout": 2, "ood_fraction": 0.25,
+           "n_edit_train": 3, "n_edit_test": 1, "n_pair_train": 1, "n_pair_test": 1, "pair_sample_above": 0, "n_unambiguous_train": 99,
+           "max_turns": 3, "n_test_unambiguous": 99, "n_test_ood": 5, "n_test_dropout": 2, "n_label_dropout": 2,
            **overrides}
     data = {"llm": {"cache_path": str(tmp_path / "cache.sqlite")}, "quality": {"max_error_rate": max_error_rate},
             "intents": cfg}
@@ -189,16 +189,18 @@ def test_intents_group_with_scripted_llm(tmp_path, monkeypatch):
     mt = sc.filter(pl.col("outcome") == "max_turns").sort("conversation_id", "assistant_turn")
     assert mt["ars"].to_list()[:3] == [1, 0, 0] and mt["A"][0] == pytest.approx(1 / 3)
     una = sc.filter(pl.col("kind") == "unambiguous")
-    assert set(una["info_source"]) == {"by_construction"}
-    # the only judge call on unambiguous conversations rates the one clarifying question; asking was wrong (ARS 0)
+    assert set(una.filter(pl.col("action") != "clarify")["info_source"]) == {"by_construction"}
+    # the one unambiguous conversation with a clarifying turn is judged (Fig. 6 + Fig. 7); the scripted judge says
+    # "not enough", so asking scores ARS 1, but the conversation ran out of turns: SDRS 0
     asked_turn = una.filter(pl.col("action") == "clarify")
-    assert una["judge_calls"].sum() == 1 and asked_turn["judge_calls"].to_list() == [1]
-    assert asked_turn["ars"].to_list() == [0] and asked_turn["sdrs"].to_list() == [0.0]
+    assert una["judge_calls"].sum() == 2 and asked_turn["judge_calls"].to_list() == [2]
+    assert asked_turn["info_source"].to_list() == ["judge"]
+    assert asked_turn["ars"].to_list() == [1] and asked_turn["sdrs"].to_list() == [0.0]
 
     tc = _read(tmp_path, "training_conversations")
-    assert tc.height == conv.height
     drop = tc.filter(pl.col("label_dropout"))
-    assert drop.height == 2  # round(0.25 * 9) = 2
+    assert drop.height == 2 and tc.height == conv.height + 2  # label dropout adds examples
+    assert set(drop["dropout_source"]) <= set(conv["conversation_id"])
     for r in drop.iter_rows(named=True):
         assert r["true_intent"] not in r["candidate_intents"] and r["messages"][-1]["content"] == "out of domain"
         assert r["true_intent"] not in r["messages"][0]["content"].split("Intents (")[1].split("Reply with")[0]

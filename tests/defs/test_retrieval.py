@@ -103,7 +103,7 @@ def _run(tmp_path, monkeypatch, fail=None, max_error_rate=0.2, roles=None, **ove
     write_fixture(tmp_path)
     SCRIPTED["backend"] = ScriptedBackend(responder, fail)
     cfg = {"qa_path": "qa.tsv", "documents_path": "docs.jsonl", "qrels_path": "qrels.txt", "per_length": 20,
-           "first_stage_k": 6, "rerank_depth": 4, "generate_top": 2, **overrides}
+           "first_stage_k": 6, "rerank_depth": 4, **overrides}
     llm = {"cache_path": str(tmp_path / "cache.sqlite")}
     if roles:
         llm["roles"] = {"default": {}, **roles}
@@ -180,8 +180,9 @@ def test_group_with_scripted_llm(tmp_path, monkeypatch):
     single = iq.filter(pl.col("query_id") == "L3:F1:Q1+Q2+Q4|single_turn").row(0, named=True)
     assert single["inferred_query"] == "yes maybe" and "i like some colours" not in single["conversation"]
 
-    # runs: the scripted reranker always picks the last allowed ID, so the generated head is the BM25 top-4
-    # reversed (2 steps), followed by the rest in BM25 order; only text_only runs on the embedded backend
+    # runs: the scripted reranker always picks the last allowed ID, so the whole BM25 top-4 (rerank_depth) comes
+    # back reversed, all of it generated (3 calls, the 4th rank forced), then the rest in BM25 order; only
+    # text_only runs on the embedded backend
     runs = read(tmp_path, "runs")
     assert set(runs["modality"]) == {"text_only"}
     assert set(runs["ranker"]) == {"bm25", "bm25_history", "dense_rerank", "generative_rerank"}
@@ -189,8 +190,8 @@ def test_group_with_scripted_llm(tmp_path, monkeypatch):
         bm = runs.filter((pl.col("query_id") == qid) & (pl.col("ranker") == "bm25")).sort("rank")["doc_id"].to_list()
         gen = runs.filter((pl.col("query_id") == qid) & (pl.col("ranker") == "generative_rerank")).sort("rank")
         if len(bm) >= 4:
-            assert gen["doc_id"].to_list() == [bm[3], bm[2], bm[0], bm[1], *bm[4:]]
-            assert gen["stage"].to_list()[:3] == ["generated", "generated", "first_stage"]
+            assert gen["doc_id"].to_list() == [bm[3], bm[2], bm[1], bm[0], *bm[4:]]
+            assert gen["stage"].to_list()[:5] == ["generated"] * 4 + ["first_stage"] * (len(bm) > 4)
         dense = runs.filter((pl.col("query_id") == qid) & (pl.col("ranker") == "dense_rerank"))
         assert sorted(dense["doc_id"]) == sorted(bm)  # same candidates, re-ordered
     # the dense label names the model that made the vectors (the embedder resource), not params.embedder.model
@@ -218,7 +219,7 @@ def test_calls_are_deduplicated_and_bounded(tmp_path, monkeypatch):
     assert s.height == 6
     kept = int(s["kept"].sum())
     rerank_calls = sum(1 for j in jobs if "next" in (j.json_schema or {}).get("properties", {}))
-    assert rerank_calls <= 2 * kept  # generate_top=2 steps per multi_turn query
+    assert rerank_calls <= 3 * kept  # rerank_depth=4: 3 calls per multi_turn query (the last rank is forced)
 
 
 def test_llm_failures_become_statuses(tmp_path, monkeypatch):
@@ -231,16 +232,36 @@ def test_llm_failures_become_statuses(tmp_path, monkeypatch):
     result = _run(tmp_path, monkeypatch, fail=fail, per_length=2, max_error_rate=1.0)
     runs = read(tmp_path, "runs")
     gen = runs.filter(pl.col("ranker") == "generative_rerank")
-    assert set(gen["status"]) == {"llm_error"} and (gen["stage"] != "generated").all()
+    per = gen.group_by("query_id").agg(pl.len().alias("n"), pl.col("status").first())
+    # a ranking of one candidate needs no call (the constraint leaves one ID): it cannot fail
+    assert set(per.filter(pl.col("n") > 1)["status"]) == {"llm_error"}
+    assert set(per.filter(pl.col("n") == 1)["status"]) <= {"ok"}
+    gen = gen.filter(pl.col("status") != "ok")
+    assert (gen["stage"] != "generated").all() and gen["fallback"].all()
     assert gen["error"].str.contains("reranker down").all()
     m = read(tmp_path, "retrieval_metrics")
-    overall = m.filter((pl.col("breakdown") == "overall") & (pl.col("ranker") == "generative_rerank"))
+    overall = m.filter(pl.col("breakdown") == "overall")
+    # failed_rerank=first_stage: the failed re-ranks are scored on the BM25 order they kept, flagged, so every
+    # ranker has the same n; the generative rows equal bm25's
+    assert overall.group_by("input").agg(pl.col("n_queries").n_unique())["n_queries"].to_list() == [1, 1]
+    gen_m = overall.filter(pl.col("ranker") == "generative_rerank").sort("input")
+    bm25_m = overall.filter(pl.col("ranker") == "bm25").sort("input")
     failed = dict(gen.group_by("input").agg(pl.col("query_id").n_unique()).iter_rows())
-    # only queries without any BM25 hit (no candidates, so no call to fail) are still evaluated
-    assert {r["input"]: r["n_excluded"] for r in overall.iter_rows(named=True)} == failed
+    assert {i: n for i, n in gen_m.select("input", "n_fallback").iter_rows() if n} == failed
+    assert gen_m["mrr"].to_list() == bm25_m["mrr"].to_list()
+    all_failed = gen_m.filter(pl.col("n_fallback") == pl.col("n_queries"))
+    assert all_failed.height and set(all_failed["generated_share"]) == {0.0}
     assert all(c.passed for c in result.get_asset_check_evaluations())
 
-    result = _run(tmp_path, monkeypatch, fail=fail, per_length=2, max_error_rate=0.2)
+    # failed_rerank=drop_query: those queries leave every ranker's scores
+    _run(tmp_path, monkeypatch, fail=fail, per_length=2, max_error_rate=1.0, failed_rerank="drop_query")
+    overall = read(tmp_path, "retrieval_metrics").filter(pl.col("breakdown") == "overall")
+    assert overall.group_by("input").agg(pl.col("n_queries").n_unique())["n_queries"].to_list() == [1, 1]
+    assert set(overall["n_fallback"]) == {0}
+    assert {r["input"]: r["n_excluded"] for r in overall.filter(pl.col("ranker") == "bm25_history")
+            .iter_rows(named=True) if r["n_excluded"]} == failed
+
+    result = _run(tmp_path, monkeypatch, fail=fail, per_length=2, max_error_rate=0.05)
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks["gx_runs"] is False and checks["gx_sessions"] is True
     mats = {e.asset_key.path[-1] for e in result.get_asset_materialization_events()}

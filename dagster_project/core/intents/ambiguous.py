@@ -3,6 +3,7 @@ intent-pair method (one query for two intents, with a clarified version for each
 
 from __future__ import annotations
 
+import json
 from functools import cache
 from itertools import combinations
 from typing import Annotated, Any
@@ -12,6 +13,7 @@ import polars as pl
 from pydantic import ConfigDict, Field, WithJsonSchema
 
 from dagster_project.config import IntentsConfig
+from dagster_project.config.groups import EditExample
 from dagster_project.core.intents.catalog import SPLITS, Catalog, known_intent, normalize_text, string_enum
 from dagster_project.core.intents.utterances import round_robin_sample
 from dagster_project.io.formats.intents import as_text, problem_reason, split_list
@@ -124,14 +126,32 @@ def _edit_row(k: int, src: dict[str, Any], o: Outcome, names: list[str]) -> dict
     return row
 
 
+def _example(ex: EditExample, good: bool) -> str:
+    """One worked example of the edit prompt: input, the JSON reply, and why it is (not) a good rewrite."""
+    reply = json.dumps({"modified_query": ex.modified_query,
+                        "potential_intents": [{"intent": k, "reason": v} for k, v in ex.potential_intents.items()]})
+    label = "A good rewrite" if good else "A bad rewrite (do not do this)"
+    return f'{label}. Input: "{ex.query}" (intent {ex.intent}). Output: {reply}\nWhy: {ex.why}'
+
+
+def edit_examples(cfg: IntentsConfig) -> str:
+    """Fig. 3's positive and negative example, rendered for the edit prompt. They show the reply format and the
+    judgement asked for; their intents need not be the catalogue's (the reply schema only admits catalogue
+    names), though examples from the user's own domain work best."""
+    return "\n\n".join([_example(cfg.edit_positive, True), _example(cfg.edit_negative, False)])
+
+
 def generate_edits(chat: Chat, sources: pl.DataFrame, catalog: Catalog, cfg: IntentsConfig,
                    seed: int = 0) -> pl.DataFrame:
-    """Fig. 3 in our words: rewrite each tagged utterance so that it fits two or more intents, naming them.
-    One row per source; kept=False with a reject_reason unless the edit is usable (verification next)."""
+    """Fig. 3 in our words, with its positive and negative example: rewrite each tagged utterance so that it fits
+    two or more intents, naming them. One row per source; kept=False with a reject_reason unless the edit is usable
+    (verification next)."""
     task = EDIT.with_reply(edit_reply(tuple(catalog.names)))
     cat = catalog.render(examples_per_intent=cfg.examples_per_intent)
+    examples = edit_examples(cfg)
     out = task.run(chat, list(enumerate(sources.iter_rows(named=True))),
-                   lambda it: {"catalogue": cat, "query": it[1]["text"], "intent": it[1]["intent"]},
+                   lambda it: {"catalogue": cat, "query": it[1]["text"], "intent": it[1]["intent"],
+                               "examples": examples},
                    lambda it: {"temperature": cfg.generation_temperature, "seed": seed + it[0]})
     rows = [_edit_row(o.item[0], o.item[1], o, catalog.names) for o in out]
     return pl.DataFrame(rows, schema=GENERATED)
@@ -181,12 +201,25 @@ def sample_intent_pairs(names: list[str], n: int, seed: int) -> list[tuple[str, 
 
 
 def pair_plan(names: list[str], cfg: IntentsConfig) -> pl.DataFrame:
-    """n_pair_train + n_pair_test intent pairs, the first n_pair_train for train: pair_id, split, intent_a/b."""
-    pairs = sample_intent_pairs(names, cfg.n_pair_train + cfg.n_pair_test, cfg.seed)
-    split = ["train" if k < cfg.n_pair_train else "test" for k in range(len(pairs))]
-    return pl.DataFrame([{"pair_id": f"pair-{split[k]}-{k:03d}", "split": split[k], "intent_a": a, "intent_b": b}
-                         for k, (a, b) in enumerate(pairs)],
-                        schema={"pair_id": pl.Utf8, "split": pl.Utf8, "intent_a": pl.Utf8, "intent_b": pl.Utf8})
+    """The intent pairs to generate for: pair_id, split, intent_a/b, and `coverage` (all | sampled).
+
+    The paper generates a query for every pair; that is done when the catalogue has at most cfg.pair_sample_above
+    pairs, split train/test in the n_pair_train : n_pair_test ratio (seeded order). Above it, n_pair_train +
+    n_pair_test pairs are sampled, the first n_pair_train for train."""
+    total = len(names) * (len(names) - 1) // 2
+    if total <= cfg.pair_sample_above:
+        pairs = sample_intent_pairs(names, total, cfg.seed)
+        wanted = cfg.n_pair_train + cfg.n_pair_test
+        n_train = round(total * cfg.n_pair_train / wanted) if wanted else total
+        coverage = "all"
+    else:
+        pairs = sample_intent_pairs(names, cfg.n_pair_train + cfg.n_pair_test, cfg.seed)
+        n_train, coverage = cfg.n_pair_train, "sampled"
+    split = ["train" if k < n_train else "test" for k in range(len(pairs))]
+    return pl.DataFrame([{"pair_id": f"pair-{split[k]}-{k:03d}", "split": split[k], "intent_a": a, "intent_b": b,
+                          "coverage": coverage} for k, (a, b) in enumerate(pairs)],
+                        schema={"pair_id": pl.Utf8, "split": pl.Utf8, "intent_a": pl.Utf8, "intent_b": pl.Utf8,
+                                "coverage": pl.Utf8})
 
 
 def _pair_values(catalog: Catalog, p: dict[str, Any]) -> dict[str, str]:

@@ -19,7 +19,8 @@ MESSAGE_TYPE = pl.List(pl.Struct({"role": pl.Utf8, "content": pl.Utf8}))
 TRAINING_SCHEMA = {
     "conversation_id": pl.Utf8, "kind": pl.Utf8, "method": pl.Utf8, "split": pl.Utf8, "query_id": pl.Utf8,
     "true_intent": pl.Utf8, "target": pl.Utf8, "candidate_intents": pl.List(pl.Utf8), "label_dropout": pl.Boolean,
-    "outcome": pl.Utf8, "n_turns": pl.Int64, "sdrs": pl.Float64, "sdrs_rank": pl.Int64, "cut_sdrs": pl.Float64,
+    "dropout_source": pl.Utf8, "outcome": pl.Utf8, "n_turns": pl.Int64, "sdrs": pl.Float64, "sdrs_rank": pl.Int64,
+    "cut_sdrs": pl.Float64,
     "kept": pl.Boolean, "removed_reason": pl.Utf8, "messages": MESSAGE_TYPE, "n_messages": pl.Int64,
 }
 
@@ -72,7 +73,8 @@ def top_percentile_cut(conv: pl.DataFrame, keep_percentile: float, require_corre
 
 
 def keep_percentile_sweep(conv: pl.DataFrame, percentiles: list[float]) -> pl.DataFrame:
-    """Table 4 layout on the generated data: for each percentile, how many scored conversations the cut keeps,
+    """Table 4 layout on the generated data: for each percentile, of n_total conversations the n_scored with an SDRS
+    (the rest failed outside the assistant or lost their judge call), how many the cut keeps,
     their mean SDRS and the SDRS at the cut. (The paper reports the SDRS of a model fine-tuned on each subset;
     this pipeline does not fine-tune, so it reports the kept set itself.)"""
     s = conv.filter(pl.col("sdrs").is_not_null()).sort(["sdrs", "conversation_id"], descending=[True, False])
@@ -80,58 +82,75 @@ def keep_percentile_sweep(conv: pl.DataFrame, percentiles: list[float]) -> pl.Da
     for p in percentiles:
         k = keep_count(s.height, p)
         top = s.head(k)["sdrs"]
-        rows.append({"percentile": float(p), "n_scored": s.height, "n_kept": k,
+        rows.append({"percentile": float(p), "n_total": conv.height, "n_scored": s.height, "n_kept": k,
                      "mean_sdrs_kept": float(top.mean()) if k else None,
                      "cut_sdrs": float(top[-1]) if k else None,
                      "n_correct_kept": int((s.head(k)["outcome"] == "correct").sum())})
-    return pl.DataFrame(rows, schema={"percentile": pl.Float64, "n_scored": pl.Int64, "n_kept": pl.Int64,
+    return pl.DataFrame(rows, schema={"percentile": pl.Float64, "n_total": pl.Int64, "n_scored": pl.Int64,
+                                      "n_kept": pl.Int64,
                                       "mean_sdrs_kept": pl.Float64, "cut_sdrs": pl.Float64,
                                       "n_correct_kept": pl.Int64})
 
 
-def label_dropout_mask(n: int, fraction: float, seed: int) -> list[bool]:
-    """Which of n unambiguous examples get label dropout: round(fraction * n) (halves up), chosen with a seed."""
-    k = min(n, math.floor(fraction * n + 0.5))
-    chosen = set(np.random.default_rng(seed).choice(n, size=k, replace=False).tolist()) if k else set()
-    return [i in chosen for i in range(n)]
+def label_dropout_sources(conversation_ids: list[str], n: int, seed: int) -> list[str]:
+    """The unambiguous conversations that each give one extra label-dropout example: min(n, available) of them,
+    drawn without replacement with a seed, in sorted order."""
+    ids = sorted(conversation_ids)
+    k = min(n, len(ids))
+    picked = np.random.default_rng(seed).choice(len(ids), size=k, replace=False).tolist() if k else []
+    return [ids[i] for i in sorted(picked)]
+
+
+DROPOUT_SUFFIX = "-dropout"
+
+
+def _dropout_row(src: dict[str, Any], first_message: str, catalog: Catalog, demos: list[list[Message]],
+                 cfg: IntentsConfig) -> dict[str, Any]:
+    """A new OOD example made from an unambiguous conversation: its utterance, the true intent left out of the
+    candidates (system prompt, demos and examples too), target "out of domain"."""
+    cands = [c for c in catalog.names if c != src["true_intent"]]
+    system = training_system_prompt(catalog, cands, demos, cfg.examples_per_intent)
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": first_message},
+                {"role": "assistant", "content": OOD_TARGET}]
+    return {"conversation_id": src["conversation_id"] + DROPOUT_SUFFIX, "kind": src["kind"], "method": src["method"],
+            "split": src["split"], "query_id": src["query_id"], "true_intent": src["true_intent"],
+            "target": OOD_TARGET, "candidate_intents": cands, "label_dropout": True,
+            "dropout_source": src["conversation_id"], "outcome": None, "n_turns": 1, "sdrs": None, "sdrs_rank": None,
+            "cut_sdrs": None, "kept": True, "removed_reason": None, "messages": messages, "n_messages": len(messages)}
 
 
 def training_conversations(turns: pl.DataFrame, conv: pl.DataFrame, catalog: Catalog, demos: list[list[Message]],
                            cfg: IntentsConfig) -> pl.DataFrame:
-    """One row per simulated conversation with `kept`, `removed_reason` and TRL `messages` (Appendix C).
+    """One row per simulated conversation with `kept`, `removed_reason` and TRL `messages` (Appendix C), plus the
+    label-dropout OOD examples (§2.2.1) as extra rows.
 
-    Label dropout (§2.2.1) first: a seeded cfg.ood_fraction of the unambiguous conversations is rewritten as an
-    out-of-domain example (the true intent removed from the candidate list in the system prompt, target
-    "out of domain"); such a row is kept whatever its SDRS, which scored the original target. The SDRS cut
-    (cfg.keep_percentile, cfg.require_correct) then ranks the remaining conversations.
+    Every simulated conversation goes through the SDRS cut (cfg.keep_percentile, cfg.require_correct). Label
+    dropout then ADDS cfg.n_label_dropout new examples (the paper adds 200), each made from a seeded unambiguous
+    conversation's utterance with its true intent removed from the candidates and target "out of domain"; the
+    source conversation stays in the in-domain set. Dropout rows are kept (their SDRS would score another target)
+    and name their source in dropout_source.
     """
-    una = conv.filter(pl.col("kind") == "unambiguous").sort("conversation_id")["conversation_id"].to_list()
-    dropped = {cid for cid, m in zip(una, label_dropout_mask(len(una), cfg.ood_fraction, cfg.seed)) if m}
-    is_dropped = pl.col("conversation_id").is_in(list(dropped))
-    ranked = top_percentile_cut(conv.filter(~is_dropped), cfg.keep_percentile, cfg.require_correct)
+    ranked = top_percentile_cut(conv, cfg.keep_percentile, cfg.require_correct)
     by_conv = {cid: t.sort("message_index") for (cid,), t in turns.group_by(["conversation_id"])}
     rows = []
-    for r in pl.concat([ranked, conv.filter(is_dropped)], how="diagonal_relaxed").iter_rows(named=True):
-        cid = r["conversation_id"]
-        t = by_conv[cid]
-        drop = cid in dropped
-        cands = [c for c in catalog.names if c != r["true_intent"]] if drop else t["candidate_intents"][0].to_list()
-        if drop:
-            msgs = [{"role": "user", "content": t["text"][0]}, {"role": "assistant", "content": OOD_TARGET}]
-        else:
-            msgs = [{"role": m["speaker"], "content": m["text"]} for m in t.iter_rows(named=True)
-                    if m["text"] is not None and m["status"] == "ok"]
+    for r in ranked.iter_rows(named=True):
+        t = by_conv[r["conversation_id"]]
+        msgs = [{"role": m["speaker"], "content": m["text"]} for m in t.iter_rows(named=True)
+                if m["text"] is not None and m["status"] == "ok"]
+        cands = t["candidate_intents"][0].to_list()
         messages = [{"role": "system", "content": training_system_prompt(catalog, cands, demos,
                                                                           cfg.examples_per_intent)}, *msgs]
         rows.append({
-            "conversation_id": cid, "kind": r["kind"], "method": r["method"], "split": r["split"],
-            "query_id": r["query_id"], "true_intent": r["true_intent"],
-            "target": OOD_TARGET if drop else r["true_intent"], "candidate_intents": cands, "label_dropout": drop,
-            "outcome": r["outcome"], "n_turns": r["n_turns"],
-            "sdrs": r["sdrs"], "sdrs_rank": r.get("sdrs_rank"), "cut_sdrs": r.get("cut_sdrs"),
-            "kept": True if drop else bool(r["kept"]), "removed_reason": None if drop else r["removed_reason"],
-            "messages": messages, "n_messages": len(messages),
-        })
+            "conversation_id": r["conversation_id"], "kind": r["kind"], "method": r["method"], "split": r["split"],
+            "query_id": r["query_id"], "true_intent": r["true_intent"], "target": r["true_intent"],
+            "candidate_intents": cands, "label_dropout": False, "dropout_source": None, "outcome": r["outcome"],
+            "n_turns": r["n_turns"], "sdrs": r["sdrs"], "sdrs_rank": r.get("sdrs_rank"), "cut_sdrs": r.get("cut_sdrs"),
+            "kept": bool(r["kept"]), "removed_reason": r["removed_reason"], "messages": messages,
+            "n_messages": len(messages)})
+    una = conv.filter(pl.col("kind") == "unambiguous")
+    by_id = {r["conversation_id"]: r for r in una.iter_rows(named=True)}
+    for cid in label_dropout_sources(list(by_id), cfg.n_label_dropout, cfg.seed):
+        rows.append(_dropout_row(by_id[cid], by_conv[cid]["text"][0], catalog, demos, cfg))
     return pl.DataFrame(rows, schema=TRAINING_SCHEMA).sort("conversation_id")
 
 

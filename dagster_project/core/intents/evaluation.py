@@ -60,7 +60,9 @@ def intent_eval_table(turns: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame
     means (per assistant turn), the accuracy on ambiguous queries, OOD accuracy (user-provided OOD utterances and
     label dropout on test utterances: the final prediction within the turn limit is "out of domain"; the subject may
     ask first, and mean_turns_ood says how often it did), and counts. Conversations that failed outside the
-    assistant (llm_error, user_error) are excluded from every share and counted in `excluded`."""
+    assistant (llm_error, user_error) are excluded from every share and counted in `excluded`. SDRS and the judge
+    means cover n_scored of the n_total judged kinds (ambiguous + unambiguous); n_judge_failed lost their score to a
+    failed judge call, so a shrinking mean is visible, and the eval_conversations check bounds that rate."""
     conv = turns.group_by(["subject", "conversation_id"]).agg(
         pl.col("kind").first(), pl.col("outcome").first(), pl.col("n_assistant_turns").first(),
         pl.col("llm_calls").first())
@@ -87,11 +89,16 @@ def intent_eval_table(turns: pl.DataFrame, scores: pl.DataFrame) -> pl.DataFrame
         pl.col("repetition_avoidance").mean().alias("ra"), pl.col("factuality").mean().alias("fac"),
         pl.col("politeness").mean().alias("pol"),
         pl.col("conversation_id").filter(pl.col("sdrs").is_not_null()).n_unique().alias("n_scored"),
+        pl.col("conversation_id").filter(pl.col("score_status").str.starts_with("judge_")).n_unique()
+        .alias("n_judge_failed"),
         pl.col("relevance").is_not_null().sum().alias("n_rated_turns"))
-    out = a.join(b, on="subject", how="left")
+    out = a.join(b, on="subject", how="left").with_columns(
+        n_total=pl.col("n_unambiguous") + pl.col("n_ambiguous"),
+        n_scored=pl.col("n_scored").fill_null(0), n_judge_failed=pl.col("n_judge_failed").fill_null(0))
     cols = ["subject", "ic_accuracy", "sdrs", "ars", "rel", "con", "ra", "fac", "pol", "ood_accuracy",
             "ood_dropout_accuracy", "ambiguous_accuracy", "mean_turns_ambiguous", "mean_turns_ood", "n_unambiguous",
-            "n_ambiguous", "n_ood", "n_ood_dropout", "n_scored", "n_rated_turns", "excluded", "assistant_user_calls"]
+            "n_ambiguous", "n_ood", "n_ood_dropout", "n_total", "n_scored", "n_judge_failed", "n_rated_turns",
+            "excluded", "assistant_user_calls"]
     return out.select(cols).sort("subject")
 
 

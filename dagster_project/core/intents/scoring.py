@@ -131,13 +131,12 @@ def _judge_jobs(convs: list[dict[str, Any]], intent_list: str, judge_unambiguous
     for c in convs:
         if c["meta"]["outcome"] not in SCORED_OUTCOMES:
             continue
-        if c["meta"]["kind"] == "ambiguous" or judge_unambiguous:
-            n = len([m for m in c["history"] if m["role"] == "user"][:c["asst"].height])
-            info.append((c["cid"], info_task(n), {
-                "intent_list": intent_list, "unambiguous_query": c["meta"]["unambiguous_query"],
-                "transcript": transcript(c["history"]), "n": n}))
         clar = [r["assistant_turn"] for r in c["asst"].iter_rows(named=True) if r["action"] == "clarify"]
         c["clarifying"] = clar
+        if c["meta"]["kind"] == "ambiguous" or clar or judge_unambiguous:
+            n = len([m for m in c["history"] if m["role"] == "user"][:c["asst"].height])
+            info.append((c["cid"], info_task(n), {
+                "intent_list": intent_list, "transcript": transcript(c["history"]), "n": n}))
         if clar:
             quality.append((c["cid"], quality_task(len(clar)), {
                 "intent_list": intent_list, "transcript": transcript(c["history"]),
@@ -205,10 +204,11 @@ def score_conversations(turns: pl.DataFrame, chat: Chat, catalog: Catalog, cfg: 
     """One row per assistant turn: ARS (Appendix D), the five ratings for clarifying turns (Appendix E), and the
     conversation's A, R and SDRS (§2.3, weight cfg.alpha) repeated on each of its turns.
 
-    The judge decides, per user message, whether the user's messages so far are enough to tell the intent, given
-    the unambiguous query the user had in mind (one call per conversation, Fig. 6), and rates every clarifying
-    turn (one call per conversation with at least one, Fig. 7). Unambiguous single-intent utterances carry enough
-    information by construction unless cfg.judge_unambiguous. Conversations that failed for reasons outside the
+    The judge decides, per user message, whether the user's messages so far are enough to tell the intent, from
+    the conversation alone as in Fig. 6 (it never sees the query the user had in mind; one call per conversation),
+    and rates every clarifying turn (one call per conversation with at least one, Fig. 7). Every ambiguous
+    conversation and every conversation with a clarifying turn is judged; an unambiguous utterance the assistant
+    answered directly carries enough information by construction unless cfg.judge_unambiguous. Conversations that failed for reasons outside the
     assistant (llm_error, user_error) are listed with score_status not_scored and no scores.
     """
     if turns.is_empty():

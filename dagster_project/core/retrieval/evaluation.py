@@ -53,21 +53,39 @@ def expected_queries(inferred: pl.DataFrame, runs: pl.DataFrame, rankers: Sequen
     return exp.with_columns(status=pl.coalesce("run_status", "fallback_status")).drop("run_status", "fallback_status")
 
 
+def generated_share(runs: pl.DataFrame, rerank_depth: int) -> pl.DataFrame:
+    """Per (run_id, query_id) of a generative run: the share of its top min(rerank_depth, length) ranks that the
+    re-ranker generated (1.0 for a full generated ranking, 0.0 for a first-stage fallback)."""
+    if not {"ranker", "stage"} <= set(runs.columns):  # not a generative run table
+        return pl.DataFrame(schema={"run_id": pl.Utf8, "query_id": pl.Utf8, "generated_share": pl.Float64})
+    gen = runs.filter((pl.col("ranker") == "generative_rerank") & (pl.col("rank") <= rerank_depth))
+    return gen.group_by("run_id", "query_id").agg(
+        ((pl.col("stage") == "generated").sum() / pl.len()).cast(pl.Float64).alias("generated_share"))
+
+
 def evaluation_table(runs: pl.DataFrame, expected: pl.DataFrame, qrels: pl.DataFrame, ks: Sequence[int],
-                     evaluate: Callable[..., pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
+                     evaluate: Callable[..., pl.DataFrame], failed_rerank: str = "first_stage",
+                     rerank_depth: int = 10) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Per-query scores for every run_id, then means overall, by number of turns and on the image subset.
 
     expected: (run_id, ranker, input, modality, query_id, facet_id, n_turns, status[, has_images]), see
-    expected_queries. A query is evaluated when its status is ok and its facet has a relevant document; the
-    others are counted in n_excluded. A group with nothing to evaluate stays in the table with n_queries 0 and
-    null metrics. When a multimodal run exists, breakdown 'with_images' repeats the means of every run over
+    expected_queries. Every ranker is scored on the SAME queries: those whose facet has a relevant document and,
+    with failed_rerank="drop_query", that no ranker failed on (a failure removes the query from every ranker);
+    with "first_stage" (default) a failed query is scored on the first-stage order it kept and counted in
+    n_fallback. The others are counted in n_excluded. A group with nothing to evaluate stays in the table with
+    n_queries 0 and null metrics. generated_share: mean share of the top rerank_depth ranks the generative
+    re-ranker produced itself (null for other rankers). When a multimodal run exists, breakdown 'with_images' repeats the means of every run over
     only the queries whose turns carry images: the multimodal run covers just those, so text_only vs
     multimodal is compared there, on the same queries, never across different populations.
     `evaluate(qrels, rankings, ks)` is core.metrics.ranking_metrics (pytrec_eval). Returns (table, per-query).
     """
     judged = relevant_by_facet(qrels)
     metric_cols = ["mrr", *[f"p_at_{k}" for k in ks], *[f"ndcg_at_{k}" for k in ks]]
-    exp = expected.with_columns(usable=(pl.col("status") == Status.OK.value) & pl.col("facet_id").is_in(list(judged)))
+    failed = pl.col("status") != Status.OK.value
+    usable = pl.col("facet_id").is_in(list(judged))
+    if failed_rerank == "drop_query":
+        usable = usable & ~pl.col("query_id").is_in(expected.filter(failed)["query_id"].unique().to_list())
+    exp = expected.with_columns(usable=usable, fallback=failed)
     ranking = {(r, q): list(d) for r, q, d in runs.sort("rank").group_by("run_id", "query_id", maintain_order=True)
                .agg(pl.col("doc_id")).iter_rows()}
     frames = []
@@ -77,15 +95,18 @@ def evaluation_table(runs: pl.DataFrame, expected: pl.DataFrame, qrels: pl.DataF
         frames.append(scores.with_columns(run_id=pl.lit(run_id)))
     per_query_schema = {"query_id": pl.Utf8, **{c: pl.Float64 for c in metric_cols}, "run_id": pl.Utf8}
     scores = pl.concat(frames) if frames else pl.DataFrame(schema=per_query_schema)
-    joined = exp.join(scores, on=["run_id", "query_id"], how="left")
+    joined = exp.join(scores, on=["run_id", "query_id"], how="left").join(
+        generated_share(runs, rerank_depth), on=["run_id", "query_id"], how="left")
     keys = ["ranker", "input", "modality"]
     aggs = [pl.col("usable").sum().cast(pl.Int64).alias("n_queries"),
+            (pl.col("usable") & pl.col("fallback")).sum().cast(pl.Int64).alias("n_fallback"),
             (~pl.col("usable")).sum().cast(pl.Int64).alias("n_excluded"),
-            *[pl.col(c).mean() for c in metric_cols]]
+            *[pl.col(c).mean() for c in metric_cols],
+            pl.col("generated_share").filter(pl.col("usable")).mean()]
     overall = joined.group_by(keys).agg(aggs).with_columns(breakdown=pl.lit("overall"),
                                                            n_turns=pl.lit(None, pl.Int64))
     by_turns = joined.group_by([*keys, "n_turns"]).agg(aggs).with_columns(breakdown=pl.lit("by_turns"))
-    cols = ["breakdown", *keys, "n_turns", "n_queries", "n_excluded", *metric_cols]
+    cols = ["breakdown", *keys, "n_turns", "n_queries", "n_fallback", "n_excluded", *metric_cols, "generated_share"]
     parts = [overall.select(cols), by_turns.select(cols)]
     if "has_images" in joined.columns and (joined["modality"] == MULTIMODAL).any():
         parts.append(joined.filter(pl.col("has_images")).group_by(keys).agg(aggs)
@@ -94,5 +115,5 @@ def evaluation_table(runs: pl.DataFrame, expected: pl.DataFrame, qrels: pl.DataF
     table = pl.concat(parts).with_columns(_o=pl.col("breakdown").replace_strict(order, return_dtype=pl.Int64)).sort(
         "_o", "input", "ranker", "modality", "n_turns", nulls_last=False).drop("_o")
     per_query = joined.filter(pl.col("usable")).select("run_id", *keys, "query_id", "facet_id", "n_turns",
-                                                       *metric_cols)
+                                                       "fallback", *metric_cols)
     return table, per_query

@@ -69,12 +69,13 @@ RUN_SCHEMA = {
     "query_id": pl.Utf8, "session_id": pl.Utf8, "input": pl.Utf8, "facet_id": pl.Utf8, "n_turns": pl.Int64,
     "ranker": pl.Utf8, "modality": pl.Utf8, "run_id": pl.Utf8, "rank": pl.Int64, "doc_id": pl.Utf8,
     "score": pl.Float64, "stage": pl.Utf8, "query_text": pl.Utf8, "status": pl.Utf8, "error": pl.Utf8,
-    "raw_output": pl.Utf8, "model": pl.Utf8, "prompt_version": pl.Utf8,
+    "raw_output": pl.Utf8, "model": pl.Utf8, "prompt_version": pl.Utf8, "fallback": pl.Boolean,
 }
 
 
 def run_rows(base: dict[str, Any], ranked: Sequence[tuple[str, float | None, str]], raw: Sequence[str] = ()) -> list[dict]:
-    """Rows of one ranked list: ranks contiguous from 1; raw[j] is the model output that produced rank j+1."""
+    """Rows of one ranked list: ranks contiguous from 1; raw[j] (the output of decoding step j+1) sits on rank j+1.
+    """
     return [{**base, "rank": r, "doc_id": d, "score": s, "stage": stage,
              "raw_output": raw[r - 1] if r - 1 < len(raw) else None}
             for r, (d, s, stage) in enumerate(ranked, start=1)]
@@ -99,7 +100,8 @@ class _Queries:
         return {"query_id": r["query_id"], "session_id": r["session_id"], "input": r["input"],
                 "facet_id": r["facet_id"], "n_turns": r["n_turns"], "ranker": ranker, "modality": modality,
                 "run_id": f"{ranker}/{r['input']}/{modality}", "query_text": text, "status": str(status),
-                "error": error, "model": model, "prompt_version": prompt_version}
+                "error": error, "model": model, "prompt_version": prompt_version,
+                "fallback": str(status) != Status.OK.value}
 
 
 def _generative_rows(chat: Chat, queries: _Queries, first: list[list[tuple[str, float]]], doc_texts: dict[str, str],
@@ -125,13 +127,15 @@ def _generative_rows(chat: Chat, queries: _Queries, first: list[list[tuple[str, 
             tasks.append(GenerativeTask(queries.text[i], queries.rows[i]["conversation"],
                                         [(keyword_ids[d], snippet(doc_texts[d], cfg.snippet_chars)) for d in head],
                                         head, images))
-        results = generative_rerank(tasks, cfg.generate_top, chat, reranker.seed)
+        results = generative_rerank(tasks, chat, reranker.seed)
         for i, g in zip(idx, results, strict=True):
             tail_scores = dict(first[i])
             ok = queries.status[i] is Status.OK
             status, error = (g.status, g.error) if ok else (queries.status[i], queries.error[i])
             if i in prep_err:
                 status, error = Status.INPUT_ERROR, prep_err[i]
+            if i in prep_err or g.fallback:  # keep the first-stage order, flagged by status (fallback column)
+                g.order, g.generated = [d for d, _ in first[i]][:cfg.rerank_depth], 0
             ranked = [(d, None, "generated") for d in g.order[:g.generated]]
             ranked += [(d, tail_scores[d], "first_stage") for d in g.order[g.generated:]]
             ranked += [(d, s, "first_stage") for d, s in first[i][cfg.rerank_depth:]]

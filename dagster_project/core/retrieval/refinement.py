@@ -153,10 +153,12 @@ def refine_sessions(candidates: pl.DataFrame, qa: dict[str, dict], similar: dict
                     revealed: dict[str, Outcome], rewrites: dict[tuple[str, str], Outcome]) -> pl.DataFrame:
     """Apply prompt A, prompt B and Algorithm 1 outcomes to the sampled sessions; every session stays a row.
 
-    kept=False rows carry reject_reason: 'similar QA pairs a ~ b', 'facet revealed at turn 1', or
-    'duplicate of <session_id> after cut'. A missing outcome (check switched off) counts as
-    'not similar' / 'not revealed' / 'answer unchanged'. status is the worst status of the calls the
-    session depended on (a failed check is treated as not-similar / not-revealed, and says so in error).
+    kept=False rows carry reject_reason: 'similar QA pairs a ~ b', 'facet revealed at turn 1',
+    'judge verdict unusable (<status>): <step> <key>' or 'duplicate of <session_id> after cut'. A missing
+    outcome (check switched off) counts as 'not similar' / 'not revealed' / 'answer unchanged'. A judge verdict
+    that failed or could not be parsed drops the session (status parse_error / llm_error, bounded by the
+    sessions check) instead of passing it unchecked; a failed rewrite keeps the raw answer and says so.
+    status is the worst status of the calls the session depended on.
     """
     rows = []
     kept_keys: dict[tuple[str, tuple[str, ...]], str] = {}
@@ -171,6 +173,9 @@ def refine_sessions(candidates: pl.DataFrame, qa: dict[str, dict], similar: dict
                     reason = f"similar QA pairs {a} ~ {b}"
         flags = [decision(revealed.get(i)) for i in ids]
         log += [_entry("facet_revealed", i, revealed[i]) for i in ids if i in revealed]
+        unusable = next((e for e in log if e["status"] != Status.OK.value), None)
+        if reason is None and unusable is not None:  # a check that gave no verdict never passes a session
+            reason = f"judge verdict unusable ({unusable['status']}): {unusable['step']} {unusable['key']}"
         cut_from = None
         if reason is None:
             new_ids, reason = cut_at_reveal(ids, flags)

@@ -100,38 +100,46 @@ class GenerativeTask:
 class GenerativeResult:
     """A re-ranked list with the provenance of the steps that produced it."""
 
-    order: list[str]  # doc ids: generated ones first, then the remaining first-phase order
-    generated: int
+    order: list[str]  # doc ids: the generated ranking, or the first-phase order when generation failed
+    generated: int  # ranks the re-ranker decided (0 when it fell back to the first-phase order)
     status: Status
     error: str | None
     raw_outputs: list[str | None]
     model: str
     prompt_version: str
+    calls: int = 0
+
+    @property
+    def fallback(self) -> bool:
+        """True when generation failed and the first-phase order was kept instead."""
+        return self.status is not Status.OK
 
 
-def generative_rerank(tasks: Sequence[GenerativeTask], steps: int, chat: Chat, seed: int = 0) -> list[GenerativeResult]:
-    """Mario's inference as constrained decoding: `steps` ranks are generated, one batched call per rank.
-
-    Step j sends every still-running task one request whose schema allows only its IDs not chosen in steps
-    1..j-1. A task whose step fails stops generating (status and error recorded); its remaining ranks keep
-    the first-phase order, as do ranks beyond `steps`.
+def generative_rerank(tasks: Sequence[GenerativeTask], chat: Chat, seed: int = 0) -> list[GenerativeResult]:
+    """Mario's inference as greedy constrained decoding of a FULL ranking of each task's candidates, one batched
+    call per rank: step j sends every still-running task one request whose schema allows only its IDs not chosen
+    in steps 1..j-1 (temperature 0: greedy; beam search over ID sequences is not offered by the backends' JSON
+    constraint). The last rank is the one ID the constraint leaves, so it needs no call. A task whose step fails
+    keeps its first-phase order entirely (generated 0, status and error recorded, `fallback`): never a list that
+    mixes generated and first-phase ranks.
     """
     chosen: list[list[str]] = [[] for _ in tasks]
     raws: list[list[str | None]] = [[] for _ in tasks]
     status = [Status.OK] * len(tasks)
     errors: list[str | None] = [None] * len(tasks)
     models = [""] * len(tasks)
-    version = ""
-    for _ in range(steps):
+    calls = [0] * len(tasks)
+    version = RERANK_STEP.version if tasks else ""
+    while True:
         sent = [(i, rerank_step_request(t.query, t.conversation, t.candidates, chosen[i], t.images, seed))
-                for i, t in enumerate(tasks) if status[i] is Status.OK and len(chosen[i]) < len(t.candidates)]
+                for i, t in enumerate(tasks) if status[i] is Status.OK and len(chosen[i]) < len(t.candidates) - 1]
         if not sent:
             break
-        version = RERANK_STEP.version
         results = chat(RERANK_STEP.role, [req for _, req in sent])
         for (i, req), res in zip(sent, results, strict=True):
             [o] = RERANK_STEP.outcomes(req.json_schema["properties"]["next"]["enum"], req, res)
             raws[i].append(o.raw_output)
+            calls[i] += 1
             models[i] = o.model or models[i]
             if not o.ok:
                 status[i], errors[i] = o.status, o.error
@@ -139,8 +147,12 @@ def generative_rerank(tasks: Sequence[GenerativeTask], steps: int, chat: Chat, s
             chosen[i].append(o.value.next)
     out = []
     for i, t in enumerate(tasks):
-        by_kid = dict(zip((k for k, _ in t.candidates), t.doc_ids))
-        head = [by_kid[k] for k in chosen[i]]
-        tail = [d for d in t.doc_ids if d not in set(head)]
-        out.append(GenerativeResult(head + tail, len(head), status[i], errors[i], raws[i], models[i], version))
+        if status[i] is not Status.OK:
+            out.append(GenerativeResult(list(t.doc_ids), 0, status[i], errors[i], raws[i], models[i], version, calls[i]))
+            continue
+        kids = [k for k, _ in t.candidates]
+        chosen[i] += [k for k in kids if k not in set(chosen[i])]  # the one ID left (or none)
+        by_kid = dict(zip(kids, t.doc_ids))
+        order = [by_kid[k] for k in chosen[i]]
+        out.append(GenerativeResult(order, len(order), status[i], None, raws[i], models[i], version, calls[i]))
     return out

@@ -96,8 +96,10 @@ def ambiguous_queries(context: dg.AssetExecutionContext, params: dg.ResourcePara
     out = ambiguous.ambiguous_queries(chat, Catalog.from_frame(intent_catalog), intent_utterances, cfg,
                                       params.llm.role("generator").seed, provided)
     kept = out.filter(pl.col("kept"))
+    plan = ambiguous.pair_plan(Catalog.from_frame(intent_catalog).names, cfg)
     context.add_output_metadata({
-        **chat.usage(), "rows": out.height, "kept": kept.height,
+        **chat.usage(), "rows": out.height, "kept": kept.height, "intent_pairs": plan.height,
+        "pair_coverage": plan["coverage"].first() if plan.height else "none",
         "kept_by_method_split": dg.MetadataValue.json(
             {f"{m}/{s}": int(n) for m, s, n in kept.group_by(["method", "split"]).len().sort(["method", "split"])
              .iter_rows()}),
@@ -144,6 +146,8 @@ def conversation_scores(context: dg.AssetExecutionContext, params: dg.ResourcePa
     conv = conversation_table(out)
     context.add_output_metadata({
         **chat.usage(), "turns": out.height, "conversations": conv.height,
+        "n_scored": int(conv["sdrs"].is_not_null().sum()),
+        "n_judge_failed": int(conv["score_status"].str.starts_with("judge_").sum()),
         "mean_sdrs": _round(conv["sdrs"].mean()), "mean_ars": _round(out["ars"].mean()),
         "score_status": _counts(conv, "score_status"), "sdrs_distribution": dg.MetadataValue.md(_sdrs_histogram(conv)),
         "seconds": round(time.monotonic() - t0, 1)})
@@ -154,8 +158,8 @@ def conversation_scores(context: dg.AssetExecutionContext, params: dg.ResourcePa
 def training_conversations(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                            intent_catalog: pl.DataFrame, simulated_conversations: pl.DataFrame,
                            conversation_scores: pl.DataFrame) -> pl.DataFrame:
-    """The curated instruction-tuning set: top `keep_percentile` % by SDRS (cut and removals recorded), label-dropout
-    OOD examples, TRL `messages`; kept rows exported to assets/intents/exports/training_conversations.jsonl."""
+    """The curated instruction-tuning set: top `keep_percentile` % by SDRS (cut and removals recorded), plus
+    `n_label_dropout` added label-dropout OOD examples, TRL `messages`; kept rows exported to assets/intents/exports/training_conversations.jsonl."""
     cfg = params.intents
     catalog = Catalog.from_frame(intent_catalog)
     demos, _ = _demos(cfg, catalog)
@@ -164,7 +168,8 @@ def training_conversations(context: dg.AssetExecutionContext, params: dg.Resourc
     lines = write_jsonl_atomic(curation.trl_rows(out), EXPORT)
     cuts = out["cut_sdrs"].drop_nulls()
     context.add_output_metadata({
-        "conversations": out.height, "kept": int(out["kept"].sum()), "label_dropout": int(out["label_dropout"].sum()),
+        "rows": out.height, "in_domain": int((~out["label_dropout"]).sum()), "kept": int(out["kept"].sum()),
+        "label_dropout_added": int(out["label_dropout"].sum()),
         "cut_sdrs": _round(cuts.first() if cuts.len() else None),
         "removed": _counts(out.filter(~pl.col("kept")), "removed_reason"),
         "export": dg.MetadataValue.path(str(EXPORT)), "export_lines": lines})

@@ -19,6 +19,11 @@ from dagster_project.core.retrieval.metrics import ranking_metrics
 from dagster_project.core.retrieval.rankers import rank_queries
 from dagster_project.core.retrieval.refinement import length_summary, refine
 from dagster_project.core.retrieval.sessions import facet_pools, sample_sessions
+from dagster_project.core.retrieval.training import (
+    SPLITS,
+    training_examples,
+    trl_records,
+)
 from dagster_project.core.shared.tables import markdown_table
 from dagster_project.io.formats.retrieval import (
     import_clarification_qa,
@@ -26,6 +31,7 @@ from dagster_project.io.formats.retrieval import (
     import_qrels,
 )
 from dagster_project.io.formats.trec import to_trec_qrels, to_trec_run
+from dagster_project.io.writers import write_jsonl_atomic
 from dagster_project.lib.assets import group_asset, status_counts, upstream
 from dagster_project.lib.resources import EmbedderResource, LLMResource
 from dagster_project.lib.warehouse import ASSETS_DIR
@@ -37,6 +43,10 @@ asset = group_asset(GROUP)
 
 def _out(name: str, description: str) -> dg.AssetOut:
     return dg.AssetOut(key=[GROUP, name], group_name=GROUP, kinds={"polars"}, description=description)
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 4)
 
 
 def _trec_folder() -> Path:
@@ -116,7 +126,7 @@ def sessions(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params]
                             pl.repeat(f"{GROUP}.clarification_qa", out.height, eager=True).alias("source"))
     summary = length_summary(out, cfg.turn_lengths)
     context.add_output_metadata({
-        **chat.usage(), "sampled": out.height, "kept": int(out["kept"].sum()),
+        **chat.usage(), "sampled": out.height, "kept": int(out["kept"].sum()), **status_counts(out),
         "per_length": dg.MetadataValue.md(markdown_table(summary)),
         "shortfall": int(summary["shortfall"].sum()),
         "rejected_reasons": dg.MetadataValue.json(
@@ -171,18 +181,57 @@ def runs(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params], ll
 def retrieval_metrics(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params], runs: pl.DataFrame,
                       qrels: pl.DataFrame, inferred_queries: pl.DataFrame) -> pl.DataFrame:
     """MRR, P@k, nDCG@k (trec_eval via pytrec_eval) per ranker x input (multi/single turn) x modality, overall
-    and by number of turns."""
+    and by number of turns; every ranker on the same queries (n_queries, n_fallback per row, `failed_rerank`), and
+    the share of generated ranks of the generative re-ranker."""
     cfg = params.retrieval
     expected = expected_queries(inferred_queries, runs, cfg.rankers)
-    table, per_query = evaluation_table(runs, expected, qrels, cfg.ks, ranking_metrics)
+    table, per_query = evaluation_table(runs, expected, qrels, cfg.ks, ranking_metrics, cfg.failed_rerank,
+                                        cfg.rerank_depth)
     table = table.with_columns(source=pl.lit(f"{GROUP}.runs"))
     (_trec_folder() / "qrels.txt").write_text(to_trec_qrels(qrels, inferred_queries.select("query_id", "facet_id")))
     overall = table.filter(pl.col("breakdown") == "overall").drop("breakdown", "n_turns", "source")
+    gen = overall.filter(pl.col("ranker") == "generative_rerank")
     context.add_output_metadata({
-        "evaluated_queries": per_query.height,
+        "evaluated_queries": per_query.height, "failed_rerank": cfg.failed_rerank,
+        "fallback_queries": int(overall["n_fallback"].sum() or 0),
+        "generated_rank_share": _round(gen["generated_share"].mean()) if gen.height else None,
         "excluded_queries": int(table.filter(pl.col("breakdown") == "overall")["n_excluded"].sum() or 0),
         "overall": dg.MetadataValue.md(markdown_table(overall)),
         "with_images": dg.MetadataValue.md(markdown_table(
             table.filter(pl.col("breakdown") == "with_images").drop("breakdown", "n_turns", "source"))),
     })
     return table
+
+
+# --------------------------------------------------------------------------- re-ranker training data (§4.3.2, §5)
+
+@asset(ins=upstream("retrieval/inferred_queries", "retrieval/documents", "retrieval/qrels",
+                    "retrieval/clarification_qa"))
+def reranker_training(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                      inferred_queries: pl.DataFrame, documents: pl.DataFrame, qrels: pl.DataFrame,
+                      clarification_qa: pl.DataFrame) -> pl.DataFrame:
+    """Generative re-ranker training data: per session and relevant document, the first decoding step exactly as
+    inference renders it (BM25 negatives as the other candidates) and the positive's keyword ID as completion;
+    facets split train/val/test (`facet_split`, paper 80/10/10), test topics marked seen/unseen. Each split's kept
+    rows go to assets/retrieval/exports/reranker_<split>.jsonl (TRL prompt-completion); an empty split writes no
+    file and says so in the metadata."""
+    cfg = params.retrieval
+    out = training_examples(inferred_queries, documents, relevant_by_facet(qrels),
+                            clarification_qa["facet_id"].unique().to_list(), cfg)
+    folder = Path(ASSETS_DIR) / GROUP / "exports"
+    meta: dict = {"rows": out.height, "kept": int(out["kept"].sum()),
+                  "rejected": dg.MetadataValue.json(dict(
+                      out.filter(~pl.col("kept")).group_by("reject_reason").len().iter_rows()))}
+    for split in SPLITS:
+        records = trl_records(out, split)
+        path = folder / f"reranker_{split}.jsonl"
+        if records:
+            meta[f"{split}_examples"] = write_jsonl_atomic(records, path)
+        else:
+            path.unlink(missing_ok=True)
+            meta[f"{split}_skipped"] = "no examples: file not written"
+            context.log.warning(f"reranker_training: no {split} examples, {path} not written")
+        meta[f"{split}_facets"] = out.filter(pl.col("split") == split)["facet_id"].n_unique()
+    meta["unseen_test_topics"] = out.filter((pl.col("split") == "test") & ~pl.col("topic_seen"))["topic_id"].n_unique()
+    context.add_output_metadata(meta)
+    return out.with_columns(source=pl.lit(f"{GROUP}.inferred_queries"))
