@@ -18,7 +18,9 @@ Ablations remove one module and nothing else: without the Perceiver the Tracker 
 observations (the Planner is told slot tracking is unavailable); without the Forecaster the Planner
 gets no persona; without the Planner the decision comes from ``rule_plan`` (answer when RSC holds or
 the user refuses to clarify, else ask about the first unresolved slot). The same rule stands in when a
-Planner reply cannot be parsed (``decided_by = "rule_fallback"``). Every intermediate is kept per row.
+Planner reply cannot be parsed (``decided_by = "rule_fallback"``). An empty slot table (the Perceiver found
+nothing, or its reply was unusable) is unknown, not complete: the rule asks and the Planner sees RSC
+"unknown". Every intermediate is kept per row.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def rule_plan(tracker: Tracker | None, persona: str | None) -> Plan:
     """The decision without an LLM Planner: answer if the user refuses or RSC holds, else ask."""
     if persona == "refusal":
         return Plan("answer", None, "the user declines to clarify", "rule")
-    if tracker is None:
+    if tracker is None or not tracker.slots:
         return Plan("clarify", None, "no slot information; the request may still be ambiguous", "rule")
     if tracker.rsc:
         return Plan("answer", None, "all required slots are filled and nothing conflicts (RSC)", "rule")
@@ -214,7 +216,7 @@ class ClarifyAgent:
                 st.plan = rule_plan(st.tracker, st.persona)
                 continue
             slots = st.tracker.describe() if st.tracker is not None else "(slot tracking unavailable)"
-            rsc = ("unknown" if st.tracker is None else ("yes" if st.tracker.rsc else "no"))
+            rsc = ("unknown" if st.tracker is None or not st.tracker.slots else ("yes" if st.tracker.rsc else "no"))
             persona = st.persona or ("unknown" if self.use["forecaster"] else "not available")
             jobs.append((st, "planner", {"dialogue": st.dialogue, "request": st.request, "slots": slots, "rsc": rsc,
                                          "persona": persona, "persona_hint": PERSONA_HINTS.get(st.persona or "", "")}))
