@@ -70,6 +70,10 @@ class EvaluationConfig(Strict):
     comparison_turn: int = Field(2, ge=1, description="paper Table 5 compares methods at turn 2")
     agent_method: MethodName = "clarify_agent"
     significance_alpha: float = Field(0.05, gt=0.0, lt=1.0)
+    min_n_significance: int = Field(10, ge=1, description="never mark a difference significant with fewer pairs")
+    ttest_min_n: int = Field(30, ge=2, description="below (or where the t-test is undefined): exact McNemar")
+    clarify_must_be_question: bool = Field(True, description="a clarify reply that is no question counts wrong")
+    structured_output: bool = Field(False, description="every method replies in JSON; false = the paper's prefixes")
     judge_per_subtype: int = Field(2, ge=0, description="paper: 30")
     judge_pairs: list[list[MethodName]] = Field(default_factory=list)
     bertscore: bool = True
