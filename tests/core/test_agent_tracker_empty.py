@@ -6,7 +6,7 @@ from dagster_project.config import EvaluationConfig
 from dagster_project.core.clarifymt.agent.clarify_agent import ClarifyAgent, rule_plan
 from dagster_project.core.clarifymt.agent.registry import build_method
 from dagster_project.core.clarifymt.agent.tracker import Tracker
-from tests.core.test_agent_methods import Chat, agent_reply, turn
+from tests.core.test_agent_methods import Chat, agent_reply, props, turn
 
 
 def _no_slots(perceiver_text='{"slots": []}', planner=None):
@@ -14,7 +14,7 @@ def _no_slots(perceiver_text='{"slots": []}', planner=None):
     inner = agent_reply("unfilled", planner=planner)
 
     def reply(req, i):
-        if "slots" in req.json_schema["properties"]:
+        if "slots" in props(req):
             return perceiver_text
         return inner(req, i)
     return reply

@@ -7,7 +7,11 @@ import polars as pl
 import pytest
 
 from dagster_project.core.clarifymt.metrics import evaluation_tables, method_comparison
-from dagster_project.core.shared.metrics import accuracy_ci, paired_difference_ci, paired_significance
+from dagster_project.core.shared.metrics import (
+    accuracy_ci,
+    paired_difference_ci,
+    paired_significance,
+)
 
 
 def test_constant_difference_at_tiny_n_is_not_p_zero():

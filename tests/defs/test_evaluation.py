@@ -59,6 +59,14 @@ def eval_responder(job, idx):
         return json.dumps({"better": "first"})
     if "score" in props:
         return json.dumps({"score": 3})
+    system = job.messages[0]["content"]
+    if not props and "output module" in system:  # the agent's Output module in free text (the default format)
+        return ("The clarifying question is: Where do you want to go?" if "Ask the user" in prompt
+                else "The answer is: Here it is.")
+    if not props and "Ambiguity type" in system:  # AT-CoT in free text
+        return "Ambiguity type: lexical\nTwo senses.\nThe clarifying question is: Which sense do you mean?"
+    if not props and "Interpretation" in system:  # Intent-Sim samples in free text
+        return "Interpretation: a trip to Porto\nThe clarifying question is: Which city?"
     if "Think it through step by step" in prompt:
         return "The user is vague.\nThe clarifying question is: which one do you mean?"
     return schema_responder(job, idx)

@@ -33,7 +33,7 @@ def scored(pred: pl.DataFrame, clarify_must_be_question: bool = True) -> pl.Data
                 "protocol_ok": pl.lit(None, pl.Float64), "llm_calls": pl.lit(None, pl.Int64)}
     pred = pred.with_columns(**{c: e for c, e in defaults.items() if c not in pred.columns})
     act, ref = pl.col("action"), pl.col("reference_action")
-    non_question = (act == "clarify") & (pl.col("is_question") == False)  # noqa: E712 (null = not checked)
+    non_question = (act == "clarify") & pl.col("is_question").not_()  # null (not checked) stays null
     wrong_form = (non_question & pl.lit(clarify_must_be_question)).fill_null(False)
     return pred.with_columns(evaluated=pl.col("status").is_in(EVALUATED), non_question=wrong_form,
                              correct=(act == ref) & ~wrong_form)
@@ -174,7 +174,7 @@ def _significance(frame: pl.DataFrame, agent: str, alpha: float, min_n: int, tte
                     personas.append(p)
             better_than[m] = personas
             rows.append({"dataset": d, "subject": s, "method": m, "reference_method": agent, "n_paired": test["n"],
-                         "diff_vs_reference": -test["mean_diff"] if test["n"] else None,
+                         "diff_vs_reference": 0.0 - test["mean_diff"] if test["n"] else None,
                          "diff_ci_low": -test["diff_ci_high"], "diff_ci_high": -test["diff_ci_low"],
                          "test": test["test"], "p_value": test["p"], "p_ttest": test["p_ttest"],
                          "p_mcnemar": test["p_mcnemar"],

@@ -2,12 +2,15 @@
 
 The model first names the ambiguity type that remains after the whole dialogue (one of the 16
 ClarifyMT-Bench subtypes, or "none"), then reasons briefly, then decides and writes the question or
-the answer. The reply is constrained JSON, fields in that order, so the type is produced before the
-decision as in the original method. Unparseable JSON -> `invalid` (parse_error).
+the answer. With evaluation.structured_output the reply is constrained JSON, fields in that order;
+otherwise (the paper's free text) a first line "Ambiguity type: <type>", brief reasoning, and a final
+line in the response-prefix protocol. Either way the type comes before the decision, as in the original
+method; a reply without a usable decision -> `invalid` (parse_error).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from string import Template
 from typing import Annotated, Any
@@ -15,12 +18,14 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from dagster_project.core.clarifymt.agent.base import base_messages
+from dagster_project.core.clarifymt.agent.cot import final_decision
 from dagster_project.core.clarifymt.agent.method import (
     DialogueTurn,
     Prediction,
     SubjectMethod,
     answered,
     ask,
+    decision_prediction,
     json_string,
     schema_required,
 )
@@ -51,6 +56,8 @@ class ATCoTReply(Reply):
 AT_COT = LLMTask("evaluate_at_cot", role="subject", reply=ATCoTReply, check=_decision,
                  sampling={"temperature": 0.0})
 SCHEMA = AT_COT.schema
+AT_COT_TEXT = LLMTask("evaluate_at_cot_text", role="subject", sampling={"temperature": 0.0})
+_TYPE_LINE = re.compile(r"^[\W_]*ambiguity\s+type\s*[:=-]\s*[\W_]*([a-z_ ]+)", re.IGNORECASE | re.MULTILINE)
 
 
 def taxonomy_lines() -> str:
@@ -58,10 +65,10 @@ def taxonomy_lines() -> str:
     return "\n".join(f"- {s.key}: {s.definition}" for s in SUBTYPES)
 
 
-def at_cot_messages(history: Sequence[Message]) -> list[Message]:
+def at_cot_messages(history: Sequence[Message], task: LLMTask = AT_COT) -> list[Message]:
     """The base layout with the AT-CoT system prompt, its taxonomy filled in."""
-    msgs = base_messages(history, AT_COT)
-    system = Template(AT_COT.template.system).substitute(taxonomy=taxonomy_lines()).strip()
+    msgs = base_messages(history, task)
+    system = Template(task.template.system).substitute(taxonomy=taxonomy_lines()).strip()
     return [{"role": "system", "content": system}, *msgs[1:]]
 
 
@@ -69,10 +76,23 @@ def parse_at_cot(text: str) -> tuple[Prediction, dict[str, Any]]:
     """(prediction, trace {ambiguity_type, reasoning}) of one reply; an unusable reply is a parse_error."""
     parsed = AT_COT.parse(text)
     if parsed.value is None:
-        return Prediction("invalid", None, Status.PARSE_ERROR.value, parsed.error, text), {}
+        return Prediction("invalid", None, Status.PARSE_ERROR.value, parsed.error, text, protocol_ok=0.0), {}
     v = parsed.value
     trace = {"ambiguity_type": v.ambiguity_type, "reasoning": v.reasoning}
-    return Prediction(v.decision, v.response.strip(), Status.OK.value, None, text), trace
+    return Prediction(v.decision, v.response.strip(), Status.OK.value, None, text, protocol_ok=1.0), trace
+
+
+def parse_at_cot_text(text: str) -> tuple[Prediction, dict[str, Any]]:
+    """(prediction, trace) of a free-text reply: the type line (None when missing or unknown), the reasoning,
+    and the last protocol line's decision; no protocol line -> parse_error."""
+    decision, reasoning = final_decision(text)
+    m = _TYPE_LINE.search(text or "")
+    name = "_".join(m.group(1).lower().split()) if m else None
+    trace = {"ambiguity_type": name if name in TYPES else None, "reasoning": _TYPE_LINE.sub("", reasoning).strip()}
+    p = decision_prediction(decision, text)
+    if decision.action == "invalid":
+        p.error = "no final line starts with a protocol prefix"
+    return p, trace
 
 
 class ATCoT(SubjectMethod):
@@ -81,12 +101,13 @@ class ATCoT(SubjectMethod):
     name = METHOD
 
     def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:
-        answers = ask(chat, self.role, [(t, AT_COT, at_cot_messages(t.history)) for t in turns],
+        task = AT_COT if self.cfg.structured_output else AT_COT_TEXT
+        answers = ask(chat, self.role, [(t, task, at_cot_messages(t.history, task)) for t in turns],
                       max_tokens=self.cfg.reasoning_max_tokens)
-        return [answered(a, _read) for a in answers]
+        read = parse_at_cot if self.cfg.structured_output else parse_at_cot_text
+        return [answered(a, lambda x: _traced(*read(x.result.text))) for a in answers]
 
 
-def _read(answer: Answer) -> Prediction:
-    p, trace = parse_at_cot(answer.result.text)
+def _traced(p: Prediction, trace: dict[str, Any]) -> Prediction:
     p.trace = trace
     return p

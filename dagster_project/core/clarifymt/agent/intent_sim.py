@@ -3,11 +3,14 @@
 Paper setting: k=5 samples (T=0.7), MiniLM embeddings, mean pairwise cosine similarity below
 tau=0.5 means the intent is unsettled -> clarify (with the first sample's clarifying question);
 otherwise answer, stating the interpretation the samples agree on most (the medoid). Samples whose
-JSON is unusable are left out; with fewer than two usable interpretations the turn is `invalid`.
+reply is unusable are left out; with fewer than two usable interpretations the turn is `invalid`.
+Each sample is JSON {interpretation, clarifying_question} with evaluation.structured_output, else free text:
+a line "Interpretation: ..." and a line "The clarifying question is ...". protocol_ok = usable share.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Annotated
 
@@ -23,7 +26,8 @@ from dagster_project.core.clarifymt.agent.method import (
     json_string,
 )
 from dagster_project.core.shared.dedup import Embed
-from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Reply, Status
+from dagster_project.llm.protocol import parse_decision
+from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Outcome, Reply, Status
 
 METHOD = "intent_sim"
 
@@ -36,6 +40,22 @@ class Interpretation(Reply):
 
 
 INTENT_SIM = LLMTask("evaluate_intent_sim", role="subject", reply=Interpretation)
+INTENT_SIM_TEXT = LLMTask("evaluate_intent_sim_text", role="subject")
+_INTERPRETATION = re.compile(r"^[\W_]*interpretation\s*[:=-]\s*(.+)$", re.IGNORECASE | re.MULTILINE)
+
+
+def interpretation_of(outcome: Outcome) -> Interpretation | None:
+    """A sample's interpretation and question: the JSON reply, or the two labelled lines of a free-text one."""
+    if not outcome.ok:
+        return None
+    if isinstance(outcome.value, Interpretation):
+        return outcome.value
+    text = outcome.value or ""
+    m = _INTERPRETATION.search(text)
+    questions = [d.text for d in map(parse_decision, text.splitlines()) if d.action == "clarify" and d.text]
+    if not m or not m.group(1).strip() or not questions:
+        return None
+    return Interpretation.model_construct(interpretation=m.group(1).strip(), clarifying_question=questions[-1])
 
 
 def mean_pairwise_similarity(vectors: np.ndarray) -> float:
@@ -74,7 +94,8 @@ class IntentSim(SubjectMethod):
         if embed is None:
             raise ValueError("intent_sim needs a sentence encoder (embed)")
         c = self.cfg
-        answers = ask(chat, self.role, [(t, INTENT_SIM, base_messages(t.history, INTENT_SIM)) for t in turns],
+        task = INTENT_SIM if c.structured_output else INTENT_SIM_TEXT
+        answers = ask(chat, self.role, [(t, task, base_messages(t.history, task)) for t in turns],
                       temperature=c.intent_temperature, max_tokens=c.agent_max_tokens, seed=c.sample_seed,
                       n=c.intent_k)
         preds: list[Prediction] = []
@@ -82,8 +103,10 @@ class IntentSim(SubjectMethod):
         for a in answers:
             p = Prediction(prompt_version=a.first.prompt_version, raw_output="\n".join(a.result.texts))
             p.charge(a.result)
-            good = [o.value for o in a.outcomes if o.ok]
+            good = [v for v in map(interpretation_of, a.outcomes) if v is not None]
+            p.protocol_ok = len(good) / len(a.outcomes) if a.outcomes else None
             if a.result.error:
+                p.protocol_ok = None
                 p.fail_llm(a.result.error)
             elif len(good) < 2:
                 p.status = Status.PARSE_ERROR.value
