@@ -32,7 +32,7 @@ from dagster_project.core.clarifymt.agent.method import (
 from dagster_project.core.shared.dedup import Embed
 from dagster_project.core.shared.taxonomy import SUBTYPES
 from dagster_project.llm.chat import Message
-from dagster_project.llm.task import Answer, Chat, LLMTask, NonEmpty, Reply, Status
+from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Reply, Status
 
 METHOD = "at_cot"
 TYPES = [s.key for s in SUBTYPES] + ["none"]

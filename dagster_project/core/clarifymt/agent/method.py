@@ -21,7 +21,16 @@ from dagster_project.config import EvaluationConfig
 from dagster_project.core.shared.dedup import Embed
 from dagster_project.llm.chat import ChatResult, Message
 from dagster_project.llm.protocol import Decision, parse_decision
-from dagster_project.llm.task import Answer, Chat, LLMTask, NonEmpty, Outcome, Reply, Status, ask_all
+from dagster_project.llm.task import (
+    Answer,
+    Chat,
+    LLMTask,
+    NonEmpty,
+    Outcome,
+    Reply,
+    Status,
+    ask_all,
+)
 
 
 @dataclass(frozen=True)
