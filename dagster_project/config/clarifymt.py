@@ -36,6 +36,7 @@ class BenchmarkConfig(Strict):
 MethodName = Literal[
     "base", "majority_vote", "cot", "intent_sim", "at_cot", "clarify_agent",
     "clarify_agent_no_planner", "clarify_agent_no_perceiver", "clarify_agent_no_forecaster",
+    "intent_sim_interpretations", "at_cot_subtypes",
 ]
 """Every evaluated method (the one list: core/clarifymt/agent/registry.py builds exactly these)."""
 METHOD_NAMES: tuple[str, ...] = get_args(MethodName)
@@ -66,7 +67,8 @@ class EvaluationConfig(Strict):
     vote_temperature: float = Field(0.7, ge=0.0, le=2.0)
     intent_k: int = Field(5, ge=2, description="paper: 5")
     intent_temperature: float = Field(0.7, ge=0.0, le=2.0)
-    intent_tau: float = Field(0.5, ge=-1.0, le=1.0, description="mean pairwise similarity below tau -> ask")
+    intent_tau: float = Field(0.5, ge=-1.0, le=1.0, description="same intent at similarity >= tau (paper: 0.5)")
+    intent_entropy_threshold: float = Field(0.0, ge=0.0, description="intent_sim asks above this entropy (nats)")
     comparison_turn: int = Field(2, ge=1, description="paper Table 5 compares methods at turn 2")
     agent_method: MethodName = "clarify_agent"
     significance_alpha: float = Field(0.05, gt=0.0, lt=1.0)

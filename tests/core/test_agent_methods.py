@@ -10,7 +10,10 @@ from dagster_project.core.clarifymt.agent.at_cot import SCHEMA as AT_SCHEMA
 from dagster_project.core.clarifymt.agent.at_cot import ATCoT, parse_at_cot
 from dagster_project.core.clarifymt.agent.clarify_agent import ClarifyAgent, rule_plan
 from dagster_project.core.clarifymt.agent.cot import ChainOfThought, final_decision
-from dagster_project.core.clarifymt.agent.intent_sim import IntentSim, intent_decision, mean_pairwise_similarity, medoid
+from dagster_project.core.clarifymt.agent.intent_sim import (
+    IntentSimInterpretations as IntentSim,  # the earlier re-specification; the original: test_eval_baselines.py
+)
+from dagster_project.core.clarifymt.agent.intent_sim import intent_decision, mean_pairwise_similarity, medoid
 from dagster_project.core.clarifymt.agent.majority_vote import TIE_BREAK, MajorityVote, majority_action
 from dagster_project.core.clarifymt.agent.method import DialogueTurn, Prediction, predictions_frame
 from dagster_project.core.clarifymt.agent.predictions import sample_dialogues
@@ -130,7 +133,7 @@ def test_at_cot_names_the_type_before_deciding():
 def test_at_cot_system_lists_the_taxonomy():
     chat = Chat(lambda r, i: json.dumps({"ambiguity_type": "none", "reasoning": "", "decision": "answer",
                                          "response": "Here."}))
-    [p] = ATCoT(EvaluationConfig(structured_output=True)).predict([turn()], chat)
+    [p] = ATCoT(EvaluationConfig(structured_output=True), subtypes=True).predict([turn()], chat)
     system = chat.batches[0][0].messages[0]["content"]
     assert "- lexical:" in system and "- off_focus:" in system and "$taxonomy" not in system
     assert chat.batches[0][0].json_schema == AT_SCHEMA and p.action == "answer"
@@ -344,9 +347,10 @@ def test_agent_refuses_to_remove_two_modules():
 
 def test_registry_and_calls_per_turn():
     s = EvaluationConfig(vote_k=5, intent_k=5)
-    assert calls_per_turn(s) == {"base": 1, "majority_vote": 5, "cot": 1, "intent_sim": 5, "at_cot": 1,
+    assert calls_per_turn(s) == {"base": 1, "majority_vote": 5, "cot": 1, "intent_sim": 7, "at_cot": 1,
                                  "clarify_agent": 5, "clarify_agent_no_planner": 4,
-                                 "clarify_agent_no_perceiver": 4, "clarify_agent_no_forecaster": 4}
+                                 "clarify_agent_no_perceiver": 4, "clarify_agent_no_forecaster": 4,
+                                 "intent_sim_interpretations": 5, "at_cot_subtypes": 1}
     assert all(build_method(n, s).name == n for n in BUILDERS)
     with pytest.raises(KeyError, match="unknown method"):
         build_method("magic", s)
@@ -356,10 +360,18 @@ def test_registry_and_calls_per_turn():
 def test_every_method_returns_one_prediction_per_turn_in_order(structured):
     def reply(req, i):
         props = (req.json_schema or {}).get("properties", {})
+        system = req.messages[0]["content"]
         if set(props) in ({"action", "text"}, {"reasoning", "action", "text"}):
             return json.dumps({"reasoning": "r", "action": "answer", "text": "fine"})
-        if not props and "Interpretation" in req.messages[0]["content"]:
+        if set(props) in ({"question"}, {"reply"}, {"ambiguity_types", "reasoning", "decision", "response"}):
+            return json.dumps({"question": "q?", "reply": "same", "ambiguity_types": ["none"], "decision": "answer",
+                               "response": "a", "reasoning": ""})
+        if not props and "Interpretation" in system:
             return "Interpretation: same\nThe clarifying question is: q?"
+        if not props and "best settle" in system:
+            return "The clarifying question is: q?"
+        if not props and "You play the user" in system:
+            return "same"
         if "interpretation" in props:
             return json.dumps({"interpretation": "same", "clarifying_question": "q?"})
         if "ambiguity_type" in props:

@@ -30,6 +30,9 @@ def _any_reply(req, i):
         return json.dumps({"interpretation": "same", "clarifying_question": "Which one?"})
     if "ambiguity_type" in schema:
         return json.dumps({"ambiguity_type": "none", "reasoning": "", "decision": "answer", "response": "a"})
+    if set(schema) in ({"question"}, {"reply"}, {"ambiguity_types", "reasoning", "decision", "response"}):
+        return json.dumps({"question": "Which one?", "reply": "that one", "ambiguity_types": ["semantic"],
+                           "reasoning": "", "decision": "clarify", "response": "Which one?"})
     if set(schema) in ({"action", "text"}, {"reasoning", "action", "text"}):
         return json.dumps({"reasoning": "r", "action": "clarify", "text": "Which one?"})
     if schema or "output module" in req.messages[0]["content"]:
