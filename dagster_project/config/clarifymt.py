@@ -77,6 +77,7 @@ class BenchmarkConfig(Strict):
 MethodName = Literal[
     "base", "majority_vote", "cot", "intent_sim", "at_cot", "clarify_agent",
     "clarify_agent_no_planner", "clarify_agent_no_perceiver", "clarify_agent_no_forecaster",
+    "intent_sim_interpretations", "at_cot_subtypes",
 ]
 """Every evaluated method (the one list: core/clarifymt/agent/registry.py builds exactly these)."""
 METHOD_NAMES: tuple[str, ...] = get_args(MethodName)
@@ -109,10 +110,15 @@ class EvaluationConfig(Strict):
     vote_temperature: float = Field(0.7, ge=0.0, le=2.0)
     intent_k: int = Field(5, ge=2, description="paper: 5")
     intent_temperature: float = Field(0.7, ge=0.0, le=2.0)
-    intent_tau: float = Field(0.5, ge=-1.0, le=1.0, description="mean pairwise similarity below tau -> ask")
+    intent_tau: float = Field(0.5, ge=-1.0, le=1.0, description="same intent at similarity >= tau (paper: 0.5)")
+    intent_entropy_threshold: float = Field(0.0, ge=0.0, description="intent_sim asks above this entropy (nats)")
     comparison_turn: int = Field(2, ge=1, description="paper Table 5 compares methods at turn 2")
     agent_method: MethodName = "clarify_agent"
     significance_alpha: float = Field(0.05, gt=0.0, lt=1.0)
+    min_n_significance: int = Field(10, ge=1, description="never mark a difference significant with fewer pairs")
+    ttest_min_n: int = Field(30, ge=2, description="below (or where the t-test is undefined): exact McNemar")
+    clarify_must_be_question: bool = Field(True, description="a clarify reply that is no question counts wrong")
+    structured_output: bool = Field(False, description="every method replies in JSON; false = the paper's prefixes")
     judge_per_subtype: int = Field(2, ge=0, description="paper: 30")
     judge_pairs: list[list[MethodName]] = Field(default_factory=list)
     pairwise_mode: Literal["output", "reference_question"] = Field(

@@ -10,7 +10,10 @@ from dagster_project.core.clarifymt.agent.at_cot import SCHEMA as AT_SCHEMA
 from dagster_project.core.clarifymt.agent.at_cot import ATCoT, parse_at_cot
 from dagster_project.core.clarifymt.agent.clarify_agent import ClarifyAgent, rule_plan
 from dagster_project.core.clarifymt.agent.cot import ChainOfThought, final_decision
-from dagster_project.core.clarifymt.agent.intent_sim import IntentSim, intent_decision, mean_pairwise_similarity, medoid
+from dagster_project.core.clarifymt.agent.intent_sim import (
+    IntentSimInterpretations as IntentSim,  # the earlier re-specification; the original: test_eval_baselines.py
+)
+from dagster_project.core.clarifymt.agent.intent_sim import intent_decision, mean_pairwise_similarity, medoid
 from dagster_project.core.clarifymt.agent.majority_vote import TIE_BREAK, MajorityVote, majority_action
 from dagster_project.core.clarifymt.agent.method import DialogueTurn, Prediction, predictions_frame
 from dagster_project.core.clarifymt.agent.predictions import sample_dialogues
@@ -25,6 +28,11 @@ A1 = [*Q, {"role": "assistant", "content": "Where to?"}, {"role": "user", "conte
 
 def turn(did="d1", t=1, history=Q):
     return DialogueTurn(did, t, tuple(history))
+
+
+def props(req):
+    """The reply schema's field names; the free-text Output module (the default format) counts as 'text'."""
+    return sorted(req.json_schema["properties"]) if req.json_schema else ["text"]
 
 
 class Chat:
@@ -125,7 +133,7 @@ def test_at_cot_names_the_type_before_deciding():
 def test_at_cot_system_lists_the_taxonomy():
     chat = Chat(lambda r, i: json.dumps({"ambiguity_type": "none", "reasoning": "", "decision": "answer",
                                          "response": "Here."}))
-    [p] = ATCoT(EvaluationConfig()).predict([turn()], chat)
+    [p] = ATCoT(EvaluationConfig(structured_output=True), subtypes=True).predict([turn()], chat)
     system = chat.batches[0][0].messages[0]["content"]
     assert "- lexical:" in system and "- off_focus:" in system and "$taxonomy" not in system
     assert chat.batches[0][0].json_schema == AT_SCHEMA and p.action == "answer"
@@ -158,20 +166,21 @@ def _embed(vectors):
 
 def test_intent_sim_disagreeing_samples_ask_with_the_first_question():
     vecs = {"a": [1, 0], "b": [0, 1], "c": [1, 1]}
-    [p] = IntentSim(EvaluationConfig(intent_k=3, intent_tau=0.5)).predict([turn()], Chat(_interp("abc")), _embed(vecs))
+    [p] = IntentSim(EvaluationConfig(intent_k=3, intent_tau=0.5, structured_output=True)).predict([turn()], Chat(_interp("abc")), _embed(vecs))
     assert (p.action, p.response) == ("clarify", "q0?")
     assert p.trace["similarity"] == pytest.approx(0.4714, abs=1e-4) and p.llm_calls == 3
 
 
 def test_intent_sim_agreeing_samples_answer_with_the_medoid():
     vecs = {"a": [1, 0.1], "b": [1, 0], "c": [1, 0.2]}
-    [p] = IntentSim(EvaluationConfig(intent_k=3, intent_tau=0.5)).predict([turn()], Chat(_interp("abc")), _embed(vecs))
+    [p] = IntentSim(EvaluationConfig(intent_k=3, intent_tau=0.5, structured_output=True)).predict([turn()], Chat(_interp("abc")), _embed(vecs))
     assert (p.action, p.response) == ("answer", "Assuming you mean: a")
 
 
 def test_intent_sim_needs_two_usable_samples():
     chat = Chat(lambda r, i: "not json" if i else json.dumps({"interpretation": "x", "clarifying_question": "y"}))
-    [p] = IntentSim(EvaluationConfig(intent_k=3)).predict([turn()], chat, _embed({"x": [1, 0]}))
+    [p] = IntentSim(EvaluationConfig(intent_k=3, structured_output=True)).predict([turn()], chat,
+                                                                               _embed({"x": [1, 0]}))
     assert (p.action, p.status) == ("invalid", "parse_error") and "1 of 3" in p.error
     with pytest.raises(ValueError, match="encoder"):
         IntentSim(EvaluationConfig()).predict([turn()], chat)
@@ -235,8 +244,11 @@ def test_rule_plan():
 
 def agent_reply(slot_status="unfilled", persona="partial_vague", planner=None):
     def reply(req, i):
-        props = req.json_schema["properties"]
         prompt = req.messages[-1]["content"]
+        if req.json_schema is None:  # the Output module in free text (the default reply format)
+            asks = "clarifying question" in prompt.split("Write the message")[0]
+            return "The clarifying question is: Which city?" if asks else "The answer is: Here is a plan."
+        props = req.json_schema["properties"]
         if "request" in props:
             return json.dumps({"request": "a trip", "latest": "warm"})
         if "slots" in props:
@@ -266,7 +278,7 @@ def test_agent_carries_tracker_state_across_turns_and_batches_by_turn():
     assert by[("d1", 2)].trace["transitions"] == [{"slot": "city", "before": "unfilled", "observed": "filled",
                                                     "after": "filled"}]
     # turn 1 of both dialogues first: input, perceiver (no forecaster yet), planner, output; then turn 2
-    schemas = [[sorted(r.json_schema["properties"])[0] for r in b] for b in chat.batches]
+    schemas = [[props(r)[0] for r in b] for b in chat.batches]
     assert schemas == [["latest"] * 2, ["slots"] * 2, ["action"] * 2, ["text"] * 2,
                        ["latest"] * 2, ["slots", "persona"] * 2, ["action"] * 2, ["text"] * 2]
     assert [p.llm_calls for p in preds] == [5, 4, 4, 5]
@@ -294,7 +306,7 @@ def test_agent_llm_error_fails_the_turn_and_keeps_the_state():
     fail_first = {"done": False}
 
     def error(req):
-        if "slots" in req.json_schema["properties"] and not fail_first["done"]:
+        if "slots" in props(req) and not fail_first["done"]:
             fail_first["done"] = True
             return "timeout"
         return None
@@ -317,7 +329,7 @@ def test_ablations_remove_exactly_one_module(name, calls_turn2, has):
     assert method.name == name and isinstance(method, ClarifyAgent) and method.calls_per_turn == 4
     [p] = method.predict([turn("d", 2, A1)], chat)
     assert p.llm_calls == calls_turn2
-    assert {sorted(r.json_schema["properties"])[0] for b in chat.batches for r in b} == has
+    assert {props(r)[0] for b in chat.batches for r in b} == has
     if name == "clarify_agent_no_planner":  # the rule answers a refusing user
         assert (p.action, p.agent["decided_by"]) == ("answer", "rule")
     if name == "clarify_agent_no_perceiver":
@@ -335,30 +347,45 @@ def test_agent_refuses_to_remove_two_modules():
 
 def test_registry_and_calls_per_turn():
     s = EvaluationConfig(vote_k=5, intent_k=5)
-    assert calls_per_turn(s) == {"base": 1, "majority_vote": 5, "cot": 1, "intent_sim": 5, "at_cot": 1,
+    assert calls_per_turn(s) == {"base": 1, "majority_vote": 5, "cot": 1, "intent_sim": 7, "at_cot": 1,
                                  "clarify_agent": 5, "clarify_agent_no_planner": 4,
-                                 "clarify_agent_no_perceiver": 4, "clarify_agent_no_forecaster": 4}
+                                 "clarify_agent_no_perceiver": 4, "clarify_agent_no_forecaster": 4,
+                                 "intent_sim_interpretations": 5, "at_cot_subtypes": 1}
     assert all(build_method(n, s).name == n for n in BUILDERS)
     with pytest.raises(KeyError, match="unknown method"):
         build_method("magic", s)
 
 
-def test_every_method_returns_one_prediction_per_turn_in_order():
+@pytest.mark.parametrize("structured", [False, True])
+def test_every_method_returns_one_prediction_per_turn_in_order(structured):
     def reply(req, i):
         props = (req.json_schema or {}).get("properties", {})
+        system = req.messages[0]["content"]
+        if set(props) in ({"action", "text"}, {"reasoning", "action", "text"}):
+            return json.dumps({"reasoning": "r", "action": "answer", "text": "fine"})
+        if set(props) in ({"question"}, {"reply"}, {"ambiguity_types", "reasoning", "decision", "response"}):
+            return json.dumps({"question": "q?", "reply": "same", "ambiguity_types": ["none"], "decision": "answer",
+                               "response": "a", "reasoning": ""})
+        if not props and "Interpretation" in system:
+            return "Interpretation: same\nThe clarifying question is: q?"
+        if not props and "best settle" in system:
+            return "The clarifying question is: q?"
+        if not props and "You play the user" in system:
+            return "same"
         if "interpretation" in props:
             return json.dumps({"interpretation": "same", "clarifying_question": "q?"})
         if "ambiguity_type" in props:
             return json.dumps({"ambiguity_type": "none", "reasoning": "", "decision": "answer", "response": "a"})
-        if props:
+        if props or "output module" in req.messages[0]["content"]:
             return agent_reply()(req, i)
         return "The answer is: fine."
 
     turns = [turn("x", 1), turn("y", 1), turn("x", 2, A1)]
     for name in BUILDERS:
-        preds = build_method(name, EvaluationConfig(vote_k=2, intent_k=2)).predict(
+        preds = build_method(name, EvaluationConfig(vote_k=2, intent_k=2, structured_output=structured)).predict(
             turns, Chat(reply), lambda texts: np.ones((len(texts), 3)))
         assert len(preds) == 3 and all(p.status == "ok" for p in preds), name
+        assert all(p.protocol_ok == 1.0 for p in preds), name
         assert all(p.llm_calls >= 1 for p in preds)
     assert build_method("base", EvaluationConfig()).predict([], Chat(reply)) == []
 

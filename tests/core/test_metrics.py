@@ -73,7 +73,9 @@ def test_invalid_counts_as_wrong_even_when_nothing_else_is():
 def test_metric_tables_breakdowns_and_values(pred):
     t = metric_tables(pred)
     assert t.columns == ["breakdown", "subject", "method", "persona", "subtype", "turn",
-                         "n", "accuracy", "under_clarification", "over_clarification", "invalid"]
+                         "n", "accuracy", "accuracy_ci_low", "accuracy_ci_high", "under_clarification",
+                         "over_clarification", "invalid", "not_a_question", "protocol_compliance", "question_share",
+                         "llm_errors", "input_errors"]
     assert set(t["breakdown"].unique().to_list()) == set(BREAKDOWNS) == {
         "overall", "by_turn", "by_persona", "by_subtype", "by_subtype_turn"}
     counts = dict(t.group_by("breakdown").len().iter_rows())

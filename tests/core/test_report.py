@@ -123,7 +123,8 @@ def test_render_report_sections_and_values():
     text = render_report(inputs, list(plots))
     assert "a sample of 2 dialogues per dataset (seed 7" in text
     # Table 5 layout row of the agent at turn 2: right on P and RF
-    assert "| clarifymt | s | clarify_agent | 2 | 100.0 |  |  |  |  | 100.0 | 100.0 | 0.00 | 1.00 |" in text
+    assert ("| clarifymt | s | clarify_agent | 2 | 100.0 [34.2-100.0] | 100.0 (1) |  |  |  |  | 100.0 (1) | 100.0 | "
+            "0.00 | 1.00 |") in text
     assert "## Ablations at turn 2" in text and "clarify_agent_no_planner" in text
     assert "| clarifymt | s | clarify_agent | base | 1 | 100.0 | 0.0 | 0.0 | 0 |" in text  # pairwise win
     assert "![accuracy by persona](accuracy_by_persona.png)" in text

@@ -59,6 +59,22 @@ def eval_responder(job, idx):
         return json.dumps({"better": "first"})
     if "score" in props:
         return json.dumps({"score": 3})
+    system = job.messages[0]["content"]
+    if not props and "output module" in system:  # the agent's Output module in free text (the default format)
+        return ("The clarifying question is: Where do you want to go?" if "Ask the user" in prompt
+                else "The answer is: Here it is.")
+    if not props and "best settle" in system:  # Intent-Sim's question
+        return "The clarifying question is: Where do you want to go?"
+    if not props and "You play the user" in system:  # Intent-Sim's simulated user: always the same intent
+        return "Porto, in May."
+    if not props and "answer it now" in system:  # Intent-Sim's answer when the intents agree
+        return "The answer is: Porto in May is lovely."
+    if not props and "Ambiguity types (one or more" in system:  # the original AT-CoT in free text
+        return "Ambiguity types: specify, semantic\nWhen?\nThe clarifying question is: Which dates?"
+    if not props and "Ambiguity type" in system:  # AT-CoT (16 subtypes) in free text
+        return "Ambiguity type: lexical\nTwo senses.\nThe clarifying question is: Which sense do you mean?"
+    if not props and "Interpretation" in system:  # Intent-Sim samples in free text
+        return "Interpretation: a trip to Porto\nThe clarifying question is: Which city?"
     if "Think it through step by step" in prompt:
         return "The user is vague.\nThe clarifying question is: which one do you mean?"
     return schema_responder(job, idx)
@@ -102,7 +118,7 @@ def _checks(results):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """One scripted run of the whole evaluation group (9 methods x 1 subject), shared by the tests below."""
+    """One scripted run of the whole evaluation group (11 methods x 1 subject), shared by the tests below."""
     tmp = tmp_path_factory.mktemp("eval")
     mp = pytest.MonkeyPatch()
     try:
@@ -135,11 +151,11 @@ def test_every_method_materializes_its_partition(built):
         f"method={m}/subject=smollm2.parquet" for m in METHOD_NAMES)
     d = pl.read_parquet(tmp / "assets/benchmark/persona_dialogues.parquet")
     p = read_asset(tmp / "assets", "evaluation", "predictions")
-    assert p.height == len(METHOD_NAMES) * d.height == 9 * 16
+    assert p.height == len(METHOD_NAMES) * d.height == 11 * 16
     # the DuckDB view is the union of every partition
     with duckdb.connect(str(tmp / "assets/warehouse.duckdb"), read_only=True) as con:
         assert con.execute("select count(*) from evaluation.predictions").fetchone()[0] == p.height
-        assert con.execute("select count(distinct method) from evaluation.predictions").fetchone()[0] == 9
+        assert con.execute("select count(distinct method) from evaluation.predictions").fetchone()[0] == 11
     assert set(p["status"]) == {"ok"}
 
 
@@ -160,12 +176,19 @@ def test_decisions_and_calls_per_method(built):
     assert json.loads(next(iter(mv.values()))["trace"])["votes"]["abstain"] == 0
     # CoT: the final line decides
     assert {r["action"] for r in rows("cot").values()} == {"clarify"}
-    # Intent-Sim: identical interpretations -> similarity 1 >= tau -> answer, stating the interpretation
+    # Intent-Sim (original): one question, 3 simulated answers of one intent -> entropy 0 -> answer (+1 call)
     isim = rows("intent_sim")
-    assert {r["action"] for r in isim.values()} == {"answer"}
-    assert all(r["response"] == "Assuming you mean: a trip to Porto" for r in isim.values())
-    assert json.loads(next(iter(isim.values()))["trace"])["similarity"] == pytest.approx(1.0)
-    assert {json.loads(r["trace"])["ambiguity_type"] for r in rows("at_cot").values()} == {"lexical"}
+    assert {(r["action"], r["response"], r["llm_calls"]) for r in isim.values()} == {
+        ("answer", "Porto in May is lovely.", 5)}
+    assert json.loads(next(iter(isim.values()))["trace"])["entropy"] == 0
+    # the earlier variant: identical interpretations -> similarity 1 >= tau -> answer, stating the interpretation
+    interp = rows("intent_sim_interpretations")
+    assert {r["action"] for r in interp.values()} == {"answer"}
+    assert all(r["response"] == "Assuming you mean: a trip to Porto" for r in interp.values())
+    assert json.loads(next(iter(interp.values()))["trace"])["similarity"] == pytest.approx(1.0)
+    assert {json.loads(r["trace"])["ambiguity_type"] for r in rows("at_cot_subtypes").values()} == {"lexical"}
+    assert {tuple(json.loads(r["trace"])["ambiguity_types"]) for r in rows("at_cot").values()} == {
+        ("specify", "semantic")}
     # ClarifyAgent: destination unfilled on turn 1 (ask), filled afterwards (RSC -> answer)
     agent = rows("clarify_agent")
     for (did, turn), r in agent.items():
@@ -191,7 +214,7 @@ def test_judge_tables_and_report(built):
     # clarify turns with a reference question: turn 1 of 6 dialogues + turn 2 of the 4 three-turn personas
     assert js.filter(pl.col("method") == "base").height == 10
     sampled = js.filter(pl.col("sampled"))
-    assert sampled.group_by("method").len()["len"].to_list() == [2] * 9  # 2 per subtype, same items everywhere
+    assert sampled.group_by("method").len()["len"].to_list() == [2] * 11  # 2 per subtype, same items everywhere
     assert set(sampled.filter(pl.col("judged_by") == "judge")["score"]) == {3}
     # intent_sim answered every turn: 0 by the rubric, without a judge call
     assert set(sampled.filter(pl.col("method") == "intent_sim")["judged_by"]) == {"rule"}
@@ -206,7 +229,7 @@ def test_judge_tables_and_report(built):
     assert set(m["breakdown"]) >= {"overall", "by_persona_turn", "by_subtype_turn"}
     cmp = pl.read_parquet(tmp / "assets/evaluation/method_comparison.parquet")
     assert set(cmp["scope"]) == {"turn_2", "all_turns"}
-    assert cmp.filter(pl.col("scope") == "turn_2").height == 9
+    assert cmp.filter(pl.col("scope") == "turn_2").height == 11
     agent = cmp.filter((pl.col("method") == "clarify_agent") & (pl.col("scope") == "all_turns")).row(0, named=True)
     assert agent["accuracy"] == pytest.approx(8 / 16)  # answers turns 2 and 3 of the four noisy personas
     assert agent["calls_per_turn"] == pytest.approx((6 * 4 + 10 * 5) / 16)

@@ -17,7 +17,8 @@ from dagster_project.core.shared.tables import markdown_table
 from dagster_project.core.shared.taxonomy import PERSONAS, SUBTYPES
 from dagster_project.llm.task import Status
 
-_PCT = ["accuracy", "under_clarification", "over_clarification", "invalid"]
+_PCT = ["accuracy", "accuracy_ci_low", "accuracy_ci_high", "under_clarification", "over_clarification", "invalid",
+        "not_a_question", "protocol_compliance", "question_share"]
 PERSONA_ABBR = {"precise": "P", "partial_vague": "PV", "off_focus": "OF", "contradictory": "CT",
                 "factually_wrong": "FA", "refusal": "RF"}
 SUBTYPE_ORDER = [s.key for s in SUBTYPES]
@@ -75,16 +76,30 @@ def _persona_table(cmp: pl.DataFrame, scope: str, methods: Sequence[str] | None 
     rows = []
     for r in t.iter_rows(named=True):
         sig = set(r.get("agent_better_personas") or []) if r["method"] == agent else set()
-        row = {"dataset": r["dataset"], "subject": r["subject"], "method": r["method"], "n": r["n"]}
+        row = {"dataset": r["dataset"], "subject": r["subject"], "method": r["method"], "n": r["n"],
+               "acc [95% CI]": _pct_ci(r.get("accuracy"), r.get("accuracy_ci_low"), r.get("accuracy_ci_high"))}
         for key, abbr in PERSONA_ABBR.items():
             v = r.get(key)
-            row[abbr] = "" if v is None else f"{v * 100:.1f}" + ("*" if key in sig else "")
+            row[abbr] = "" if v is None else f"{v * 100:.1f}" + ("*" if key in sig else "") + (
+                f" ({r[key + '_n']})" if r.get(key + "_n") is not None else "")
         row["Avg"] = "" if r["persona_avg"] is None else f"{r['persona_avg'] * 100:.1f}"
         if std:
             row["Std"] = "" if r["persona_std"] is None else f"{r['persona_std'] * 100:.2f}"
         row["calls/turn"] = "" if r["calls_per_turn"] is None else f"{r['calls_per_turn']:.2f}"
+        row["protocol"] = _pct(r.get("protocol_compliance"))
+        row["is_question"] = _pct(r.get("question_share"))
+        row["llm_errors"] = r.get("llm_errors")
         rows.append(row)
     return pl.DataFrame(rows)
+
+
+def _pct(v: float | None) -> str:
+    return "" if v is None else f"{v * 100:.1f}"
+
+
+def _pct_ci(v: float | None, low: float | None, high: float | None) -> str:
+    """'62.5 [30.6-86.3]': an accuracy with its 95% CI, in percent."""
+    return "" if v is None else f"{_pct(v)} [{_pct(low)}-{_pct(high)}]"
 
 
 def render_report(inputs: ReportInputs, plots: Sequence[str] = ()) -> str:
@@ -101,8 +116,14 @@ def render_report(inputs: ReportInputs, plots: Sequence[str] = ()) -> str:
         "# ClarifyMT-Bench evaluation report\n",
         f"Evaluated on {sample}. Turns evaluated: {evaluated.height} (excluded for LLM / input errors: "
         f"{pred.height - evaluated.height}). Accuracy and the other shares are percentages of evaluated turns; "
-        "a reply that does not follow the protocol (invalid) counts as wrong. `*` marks a persona where "
-        f"{inputs.agent_method} is better than every other method (paired t-test, p < alpha).\n",
+        "a reply that does not follow the protocol (invalid) counts as wrong, and so does a clarify reply that is "
+        "no question (not_a_question, when evaluation.clarify_must_be_question). Every accuracy comes with its n "
+        "(persona cells: n in brackets) and a Wilson 95% CI. `protocol` is the share of replies that followed the "
+        "reply format (prefix protocol or JSON, evaluation.structured_output; for ClarifyAgent the share of module "
+        "replies that parsed), `is_question` the share of clarify replies that are questions. `*` marks a persona "
+        f"where {inputs.agent_method} is significantly better than every other method: exact McNemar test where "
+        "the paired t-test is undefined or n < evaluation.ttest_min_n (else the paper's t-test), p < alpha, and "
+        "never with fewer than evaluation.min_n_significance pairs.\n",
     ]
     if "accuracy_by_persona.png" in plots:
         parts.append("![accuracy by persona](accuracy_by_persona.png)\n")
@@ -117,15 +138,18 @@ def render_report(inputs: ReportInputs, plots: Sequence[str] = ()) -> str:
                   markdown_table(_persona_table(cmp, turn_scope, ablation, agent=inputs.agent_method))]
     if cmp.height:
         overall = cmp.filter(pl.col("scope") == "all_turns").select(
-            "dataset", "subject", "method", "n", *_PCT, "macro_f1", "calls_per_turn")
+            "dataset", "subject", "method", "n", *_PCT, "llm_errors", "input_errors", "macro_f1", "calls_per_turn")
         parts += ["## Overall (all turns)\n", markdown_table(overall, plain=["calls_per_turn"])]
         if "calls_vs_accuracy.png" in plots:
             parts.append("![LLM calls per turn vs accuracy](calls_vs_accuracy.png)\n")
         sig = cmp.filter(pl.col("reference_method").is_not_null()).select(
-            "dataset", "subject", "scope", "method", "reference_method", "n_paired", "p_ttest", "p_mcnemar",
+            "dataset", "subject", "scope", "method", "reference_method", "n_paired", "diff_vs_reference",
+            "diff_ci_low", "diff_ci_high", "test", "p_value", "significant", "p_ttest", "p_mcnemar",
             "agent_better_personas")
-        parts += [f"## Paired significance: {inputs.agent_method} vs each method\n",
-                  markdown_table(sig, plain=["p_ttest", "p_mcnemar"])]
+        parts += [f"## Paired significance: each method vs {inputs.agent_method}\n",
+                  "diff_vs_reference = method accuracy - agent accuracy on the same turns, with a 95% CI "
+                  "(Agresti-Min); `test` names the test whose p_value decides.\n",
+                  markdown_table(sig, plain=["p_value", "p_ttest", "p_mcnemar"])]
     errors = pred.group_by("dataset", "subject", "method").agg(
         pl.len().alias("turns"), (pl.col("status") == Status.PARSE_ERROR.value).sum().alias("parse_errors"),
         (pl.col("action") == "invalid").sum().alias("invalid_outputs"),
@@ -134,7 +158,8 @@ def render_report(inputs: ReportInputs, plots: Sequence[str] = ()) -> str:
         pl.col("step_errors").sum().alias("agent_step_errors") if "step_errors" in pred.columns
         else pl.lit(None, pl.Int64).alias("agent_step_errors")).sort("dataset", "subject", "method")
     parts += ["## Parse errors and invalid outputs (counted, never hidden)\n", markdown_table(errors)]
-    by_turn = m.filter(pl.col("breakdown") == "by_turn").select("dataset", "subject", "method", "turn", "n", *_PCT)
+    by_turn = m.filter(pl.col("breakdown") == "by_turn").select("dataset", "subject", "method", "turn", "n", *_PCT,
+                                                                "llm_errors")
     parts += ["## By turn\n", markdown_table(by_turn)]
     if "accuracy_by_turn.png" in plots:
         parts.append("![accuracy by turn](accuracy_by_turn.png)\n")

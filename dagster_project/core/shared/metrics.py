@@ -20,12 +20,36 @@ def cohen_kappa(labels_a: list[str], labels_b: list[str]) -> dict[str, float]:
     return {"kappa": float(cohen_kappa_score(labels_a, labels_b)), "observed_agreement": po, "n": len(labels_a)}
 
 
-def paired_significance(correct_a: Sequence[int], correct_b: Sequence[int]) -> dict[str, float | int]:
+def accuracy_ci(correct: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a proportion (sound at small n, unlike the normal approximation); NaN when n = 0."""
+    if n == 0:
+        return float("nan"), float("nan")
+    ci = stats.binomtest(int(correct), int(n)).proportion_ci(confidence_level=level, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def paired_difference_ci(a_only: int, b_only: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """CI of the difference of two paired proportions (accuracy a - accuracy b) by Agresti & Min's adjusted
+    Wald interval (0.5 added to each cell of the 2x2 table), which keeps its coverage at small n; NaN at n = 0."""
+    if n == 0:
+        return float("nan"), float("nan")
+    m = n + 2
+    p_a, p_b = (a_only + 0.5) / m, (b_only + 0.5) / m
+    diff = p_a - p_b
+    se = np.sqrt(max(p_a + p_b - diff ** 2, 0.0) / m)
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    return float(max(-1.0, diff - z * se)), float(min(1.0, diff + z * se))
+
+
+def paired_significance(correct_a: Sequence[int], correct_b: Sequence[int], ttest_min_n: int = 30,
+                        level: float = 0.95) -> dict[str, float | int | str]:
     """Paired tests on per-turn correctness (1/0) of two methods on the same turns.
 
     p_ttest: paired t-test (scipy.stats.ttest_rel), as in the paper's Table 5; 1.0 when every difference
-    is zero, 0.0 when every difference is the same non-zero value. p_mcnemar: exact McNemar test
-    (two-sided binomial test on the discordant pairs), the textbook test for paired binary outcomes.
+    is zero, NaN where it is undefined (fewer than two pairs, or every difference the same non-zero value).
+    p_mcnemar: exact McNemar test (two-sided binomial test on the discordant pairs). `test` / `p` name the
+    one to use: the t-test where it is defined and n >= ttest_min_n, else the exact test. diff_ci_*: a
+    `level` CI of mean_diff (accuracy a - accuracy b), see paired_difference_ci.
     """
     a, b = np.asarray(correct_a, dtype=float), np.asarray(correct_b, dtype=float)
     if a.shape != b.shape:
@@ -33,16 +57,19 @@ def paired_significance(correct_a: Sequence[int], correct_b: Sequence[int]) -> d
     d = a - b
     n = len(d)
     a_only, b_only = int(((a == 1) & (b == 0)).sum()), int(((a == 0) & (b == 1)).sum())
-    if n < 2 or not d.any():
+    if not d.any():
         t, p_t = 0.0, 1.0
-    elif d.std(ddof=1) == 0:
-        t, p_t = float("inf") * np.sign(d.mean()), 0.0
+    elif n < 2 or d.std(ddof=1) == 0:
+        t, p_t = float("nan"), float("nan")
     else:
         res = stats.ttest_rel(a, b)
         t, p_t = float(res.statistic), float(res.pvalue)
     p_m = float(stats.binomtest(min(a_only, b_only), a_only + b_only, 0.5).pvalue) if a_only + b_only else 1.0
+    use_t = n >= ttest_min_n and not np.isnan(p_t)
+    low, high = paired_difference_ci(a_only, b_only, n, level)
     return {"n": n, "mean_diff": float(d.mean()) if n else 0.0, "t": t, "p_ttest": p_t,
-            "a_only": a_only, "b_only": b_only, "p_mcnemar": p_m}
+            "a_only": a_only, "b_only": b_only, "p_mcnemar": p_m, "test": "ttest" if use_t else "mcnemar_exact",
+            "p": p_t if use_t else p_m, "diff_ci_low": low, "diff_ci_high": high}
 
 
 def decision_macro_f1(reference: Sequence[str], predicted: Sequence[str]) -> float:

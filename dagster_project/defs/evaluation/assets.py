@@ -162,11 +162,13 @@ def pairwise_judgements(context: dg.AssetExecutionContext, params: dg.ResourcePa
 
 
 @asset(ins=upstream("evaluation/predictions"))
-def metric_tables(context: dg.AssetExecutionContext, predictions: pl.DataFrame) -> pl.DataFrame:
-    """Accuracy, under-/over-clarification, invalid share: overall, by turn, persona, subtype,
+def metric_tables(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                  predictions: pl.DataFrame) -> pl.DataFrame:
+    """Accuracy (n, 95% CI), under-/over-clarification, invalid / not-a-question shares, protocol compliance,
+    question share and error counts (a method whose rows all failed stays with n = 0): overall, by turn, persona, subtype,
     subtype x turn (Table 4) and persona x turn (Table 5 at turn 2), per dataset x subject x method."""
     evaluated = predictions.filter(pl.col("status").is_in(EVALUATED))
-    out = evaluation_tables(evaluated)
+    out = evaluation_tables(predictions, params.evaluation.clarify_must_be_question)
     overall = out.filter(pl.col("breakdown") == "overall")
     context.add_output_metadata({
         "evaluated_turns": evaluated.height, "excluded_turns": predictions.height - evaluated.height,
@@ -181,13 +183,14 @@ def method_comparison(context: dg.AssetExecutionContext, params: dg.ResourcePara
     """Methods side by side per backbone (Tables 5/6): per-persona accuracy at the comparison turn and
     over all turns, Avg./Std., macro-F1, calls per turn, paired tests vs ClarifyAgent, question quality."""
     cfg = params.evaluation
-    evaluated = predictions.filter(pl.col("status").is_in(EVALUATED))
-    out = compare_methods(evaluated, cfg.agent_method, cfg.comparison_turn, cfg.significance_alpha,
-                          question_quality(judge_scores))
+    out = compare_methods(predictions, cfg.agent_method, cfg.comparison_turn, cfg.significance_alpha,
+                          question_quality(judge_scores), cfg.min_n_significance, cfg.ttest_min_n,
+                          cfg.clarify_must_be_question)
     if out.is_empty():
         return out
     table = out.filter(pl.col("scope") == f"turn_{cfg.comparison_turn}").select(
-        "dataset", "subject", "method", "n", "accuracy", "persona_avg", "persona_std", "calls_per_turn")
+        "dataset", "subject", "method", "n", "accuracy", "accuracy_ci_low", "accuracy_ci_high",
+        "protocol_compliance", "question_share", "llm_errors", "persona_avg", "persona_std", "calls_per_turn")
     context.add_output_metadata({"rows": out.height, "comparison": dg.MetadataValue.md(markdown_table(table))})
     return out
 

@@ -1,4 +1,7 @@
-"""The paper's plain evaluation prompt (Fig. 7c): the reply must open with the response-prefix protocol."""
+"""The paper's plain evaluation prompt (Fig. 7c): the reply must open with the response-prefix protocol.
+
+With evaluation.structured_output the same prompt asks for JSON {action, text} instead (DecisionReply),
+as every other method then does: the two formats never mix within one comparison."""
 
 from __future__ import annotations
 
@@ -8,10 +11,12 @@ from string import Template
 import polars as pl
 
 from dagster_project.core.clarifymt.agent.method import (
+    DecisionReply,
     DialogueTurn,
     Prediction,
     SubjectMethod,
     ask,
+    check_action,
     protocol_prediction,
 )
 from dagster_project.core.shared.dedup import Embed
@@ -22,6 +27,13 @@ from dagster_project.llm.task import Chat, LLMTask, Status
 METHOD = "base"
 # the protocol decides on the opening words, so a reply cut off at max_tokens still counts (llm/task.py)
 BASE = LLMTask("evaluate_base", role="subject", sampling={"temperature": 0.0}, accept_truncated=True)
+BASE_JSON = LLMTask("evaluate_base_json", role="subject", reply=DecisionReply, check=check_action,
+                    sampling={"temperature": 0.0})
+
+
+def base_task(structured: bool) -> LLMTask:
+    """The plain prompt in the run's reply format (evaluation.structured_output)."""
+    return BASE_JSON if structured else BASE
 
 
 def base_messages(history: Sequence[Message], task: LLMTask = BASE) -> list[Message]:
@@ -65,5 +77,6 @@ class BaseMethod(SubjectMethod):
     name = METHOD
 
     def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:
-        jobs = [(t, BASE, base_messages(t.history)) for t in turns]
+        task = base_task(self.cfg.structured_output)
+        jobs = [(t, task, base_messages(t.history, task)) for t in turns]
         return [protocol_prediction(a) for a in ask(chat, self.role, jobs, max_tokens=self.cfg.subject_max_tokens)]

@@ -18,7 +18,16 @@ Ablations remove one module and nothing else: without the Perceiver the Tracker 
 observations (the Planner is told slot tracking is unavailable); without the Forecaster the Planner
 gets no persona; without the Planner the decision comes from ``rule_plan`` (answer when RSC holds or
 the user refuses to clarify, else ask about the first unresolved slot). The same rule stands in when a
-Planner reply cannot be parsed (``decided_by = "rule_fallback"``). Every intermediate is kept per row.
+Planner reply cannot be parsed (``decided_by = "rule_fallback"``). An empty slot table (the Perceiver found
+nothing, or its reply was unusable) is unknown, not complete: the rule asks and the Planner sees RSC
+"unknown". Every intermediate is kept per row.
+
+Reply format (evaluation.structured_output): the Output module, whose text the user sees, writes JSON
+{text} when true and free text opening with the response-prefix protocol when false (the paper's
+default, as for every other method); a missing or contradicting prefix is a step error. The four
+internal modules always reply in JSON. Any module reply that fails to parse (and falls back) is a step
+error: the row keeps its decision but says so in `error`, `step_errors`, and protocol_ok (the share of
+the turn's module replies that parsed).
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from typing import Any
 
 from dagster_project.config import EvaluationConfig
 from dagster_project.core.clarifymt.agent.method import (
+    NOT_PROTOCOL,
     DialogueTurn,
     Prediction,
     ask,
@@ -37,6 +47,7 @@ from dagster_project.core.clarifymt.agent.method import (
 )
 from dagster_project.core.clarifymt.agent.modules import (
     MODULES,
+    OUTPUT_TEXT,
     TASKS,
     observations,
     text_or_empty,
@@ -44,6 +55,7 @@ from dagster_project.core.clarifymt.agent.modules import (
 from dagster_project.core.clarifymt.agent.tracker import Tracker, slot_key
 from dagster_project.core.shared.dedup import Embed
 from dagster_project.core.shared.taxonomy import PERSONAS
+from dagster_project.llm.protocol import parse_decision
 from dagster_project.llm.task import Chat, Outcome, Status
 
 METHOD = "clarify_agent"
@@ -70,7 +82,7 @@ def rule_plan(tracker: Tracker | None, persona: str | None) -> Plan:
     """The decision without an LLM Planner: answer if the user refuses or RSC holds, else ask."""
     if persona == "refusal":
         return Plan("answer", None, "the user declines to clarify", "rule")
-    if tracker is None:
+    if tracker is None or not tracker.slots:
         return Plan("clarify", None, "no slot information; the request may still be ambiguous", "rule")
     if tracker.rsc:
         return Plan("answer", None, "all required slots are filled and nothing conflicts (RSC)", "rule")
@@ -118,13 +130,14 @@ class ClarifyAgent:
             raise ValueError(f"ablations remove one module at a time, got {removed}")
         self.name = METHOD + "".join(f"_no_{m}" for m in removed)
         self.calls_per_turn = sum(self.use.values())
-        joined = ",".join(TASKS[m].version for m in MODULES if self.use[m])
+        self.tasks = TASKS if cfg.structured_output else {**TASKS, "output": OUTPUT_TEXT}
+        joined = ",".join(self.tasks[m].version for m in MODULES if self.use[m])
         self.prompt_version = f"{self.name}@{hashlib.sha256(joined.encode()).hexdigest()[:12]}"
 
     def _send(self, chat: Chat, jobs: list[Job]) -> list[tuple[_TurnState, str, Outcome[Any, Any]]]:
         """One batch for every live turn's module request; an LLM error fails the turn (its later steps are
         skipped), so only the answered (turn, module, outcome) come back."""
-        answers = ask(chat, self.role, [((st, module), TASKS[module], values) for st, module, values in jobs
+        answers = ask(chat, self.role, [((st, module), self.tasks[module], values) for st, module, values in jobs
                                         if st.alive], max_tokens=self.cfg.agent_max_tokens, seed=self.cfg.sample_seed)
         out = []
         for a in answers:
@@ -161,9 +174,16 @@ class ClarifyAgent:
         self._plan(batch, chat)
         self._output(batch, chat)
         for st in batch:
-            st.pred.agent["step_errors"] = len(st.pred.trace.get("step_errors", {}))
+            errors = st.pred.trace.get("step_errors", {})
+            replies = len(st.pred.trace.get("raw", {}))
+            st.pred.agent["step_errors"] = len(errors)
             if st.pred.status == Status.LLM_ERROR:
                 st.pred.action = "invalid"
+                continue
+            st.pred.protocol_ok = (replies - len(errors)) / replies if replies else None
+            if errors:
+                fallback = " (decided by the rule)" if "planner" in errors else ""
+                st.pred.error = "step errors: " + "; ".join(f"{m}: {e}" for m, e in errors.items()) + fallback
 
     def _input(self, batch: list[_TurnState], chat: Chat) -> None:
         for st, _, o in self._send(chat, [(st, "input", {"dialogue": st.dialogue}) for st in batch]):
@@ -214,7 +234,7 @@ class ClarifyAgent:
                 st.plan = rule_plan(st.tracker, st.persona)
                 continue
             slots = st.tracker.describe() if st.tracker is not None else "(slot tracking unavailable)"
-            rsc = ("unknown" if st.tracker is None else ("yes" if st.tracker.rsc else "no"))
+            rsc = ("unknown" if st.tracker is None or not st.tracker.slots else ("yes" if st.tracker.rsc else "no"))
             persona = st.persona or ("unknown" if self.use["forecaster"] else "not available")
             jobs.append((st, "planner", {"dialogue": st.dialogue, "request": st.request, "slots": slots, "rsc": rsc,
                                          "persona": persona, "persona_hint": PERSONA_HINTS.get(st.persona or "", "")}))
@@ -252,10 +272,23 @@ class ClarifyAgent:
         for st, _, o in self._send(chat, jobs):
             st.pred.action = st.plan.action
             st.pred.raw_output = o.raw_output
-            if not o.ok:
-                st.step_error("output", o.error)
-            text = o.value.text.strip() if o.ok else None
+            text = self._output_text(st, o)
             assumptions = st.pred.agent.get("assumptions") or []
             if text and assumptions:
                 text = f"{text} (Assuming nothing specific about: {', '.join(assumptions)}.)"
             st.pred.response = text
+
+    def _output_text(self, st: _TurnState, o: Outcome[Any, Any]) -> str | None:
+        """The Output module's message: the JSON field, or the free text after its protocol prefix. An unusable
+        reply, or a prefix that contradicts the plan, is a step error (the plan's decision stands)."""
+        if not o.ok:
+            st.step_error("output", o.error)
+            return None
+        if self.cfg.structured_output:
+            return o.value.text.strip()
+        d = parse_decision(o.value)
+        if d.action == "invalid":
+            st.step_error("output", NOT_PROTOCOL)
+        elif d.action != st.plan.action:
+            st.step_error("output", f"the reply's prefix says {d.action}, the plan says {st.plan.action}")
+        return d.text.strip() or None

@@ -1,6 +1,7 @@
 """Majority Voting (self-consistency): k samples of the plain prompt at T=0.7, the majority action wins.
 
-Paper setting: k=5, temperature 0.7. Samples that do not follow the response-prefix protocol abstain.
+Paper setting: k=5, temperature 0.7. Samples that do not follow the reply format (prefix protocol, or
+JSON with evaluation.structured_output) abstain; protocol_ok is the share of samples that followed it.
 Ties (possible when samples abstain, or with an even k) go to **clarify**: a split vote is itself a sign
 that the request is unsettled, and ClarifyMT-Bench finds models err toward answering too early.
 With no valid sample at all the turn is `invalid` (status parse_error), as for the base prompt.
@@ -13,15 +14,15 @@ from collections import Counter
 from collections.abc import Sequence
 
 from dagster_project.config import EvaluationConfig
-from dagster_project.core.clarifymt.agent.base import BASE, base_messages
+from dagster_project.core.clarifymt.agent.base import base_messages, base_task
 from dagster_project.core.clarifymt.agent.method import (
     DialogueTurn,
     Prediction,
     SubjectMethod,
     ask,
+    decision_of,
 )
 from dagster_project.core.shared.dedup import Embed
-from dagster_project.llm.protocol import parse_decision
 from dagster_project.llm.task import Chat, Status
 
 METHOD = "majority_vote"
@@ -51,7 +52,8 @@ class MajorityVote(SubjectMethod):
 
     def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:
         c = self.cfg
-        answers = ask(chat, self.role, [(t, BASE, base_messages(t.history)) for t in turns],
+        task = base_task(c.structured_output)
+        answers = ask(chat, self.role, [(t, task, base_messages(t.history, task)) for t in turns],
                       temperature=c.vote_temperature, max_tokens=c.subject_max_tokens, seed=c.sample_seed,
                       n=c.vote_k)
         out = []
@@ -63,8 +65,9 @@ class MajorityVote(SubjectMethod):
                 p.fail_llm(a.result.error)
                 out.append(p)
                 continue
-            decisions = [parse_decision(o.value) for o in a.outcomes]
+            decisions = [decision_of(o) for o in a.outcomes]
             action, votes = majority_action([d.action for d in decisions])
+            p.protocol_ok = sum(d.action != "invalid" for d in decisions) / len(decisions)
             p.trace = {"votes": votes, "sample_actions": [d.action for d in decisions],
                        "tie": votes["clarify"] == votes["answer"] and action != "invalid"}
             if action == "invalid":

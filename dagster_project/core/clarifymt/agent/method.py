@@ -9,9 +9,10 @@ step of a method is one call covering every turn it can serve. Nothing here talk
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 import polars as pl
 from pydantic import ConfigDict, WithJsonSchema
@@ -20,7 +21,16 @@ from dagster_project.config import EvaluationConfig
 from dagster_project.core.shared.dedup import Embed
 from dagster_project.llm.chat import ChatResult, Message
 from dagster_project.llm.protocol import Decision, parse_decision
-from dagster_project.llm.task import Answer, Chat, LLMTask, Status, ask_all
+from dagster_project.llm.task import (
+    Answer,
+    Chat,
+    LLMTask,
+    NonEmpty,
+    Outcome,
+    Reply,
+    Status,
+    ask_all,
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,7 @@ class Prediction:
     model: str = ""
     prompt_version: str = ""
     agent: dict[str, Any] = field(default_factory=dict)  # ClarifyAgent columns (slots, persona, RSC, plan)
+    protocol_ok: float | None = None  # share of this turn's replies that followed the reply format (None: no reply)
 
     def charge(self, result: ChatResult) -> None:
         """Add one reply's usage to this turn's row (the table's per-turn cost columns)."""
@@ -101,14 +112,50 @@ def schema_required(*names: str) -> ConfigDict:
     return ConfigDict(strict=True, extra="ignore", json_schema_extra={"required": list(names)})
 
 
-# --------------------------------------------------------------------------- the response-prefix protocol
+# --------------------------------------------------------------------------- the reply formats
 
-def decision_prediction(decision: Decision, raw: str) -> Prediction:
-    """A Prediction from a protocol-parsed reply: invalid replies are parse_error rows, kept raw."""
+_INTERROGATIVE = re.compile(r"^[\W_]*(?:what|which|who|whom|whose|where|when|why|how|do|does|did|is|are|was|were|am|"
+                            r"can|could|would|will|shall|should|may|might|have|has|had)\b", re.IGNORECASE)
+
+
+def is_question(text: str | None) -> bool:
+    """The rule for a clarify reply: a question mark, or a sentence that opens in interrogative form."""
+    t = (text or "").strip()
+    return "?" in t or any(_INTERROGATIVE.match(s) for s in re.split(r"(?<=[.!;:\n])\s+", t) if s)
+
+
+class DecisionReply(Reply):
+    """The structured_output form of the protocol: the decision, then the question or the answer."""
+
+    model_config = schema_required("action", "text")
+
+    action: Annotated[NonEmpty, json_string(enum=["clarify", "answer"])]
+    text: Annotated[NonEmpty, json_string(minLength=1, maxLength=400)]
+
+
+def check_action(value: Any, _: Any) -> str | None:
+    """A JSON decision must be clarify or answer (the grammar says so; a free backend may not)."""
+    return None if value.action in ("clarify", "answer") else f"action {value.action!r} is not clarify/answer"
+
+
+def decision_of(outcome: Outcome[Any, Any]) -> Decision:
+    """The decision of one sample: the prefix protocol on free text, the JSON fields on a structured reply."""
+    if not outcome.ok:
+        return Decision("invalid", (outcome.raw_output or "").strip())
+    if isinstance(outcome.value, str):
+        return parse_decision(outcome.value)
+    return Decision(outcome.value.action, outcome.value.text.strip())
+
+
+NOT_PROTOCOL = "reply does not start with a protocol prefix"
+
+
+def decision_prediction(decision: Decision, raw: str, error: str | None = None) -> Prediction:
+    """A Prediction from a parsed reply: invalid replies are parse_error rows, kept raw; protocol_ok 1 or 0."""
     if decision.action == "invalid":
-        return Prediction("invalid", decision.text or None, Status.PARSE_ERROR.value,
-                          "reply does not start with a protocol prefix", raw)
-    return Prediction(decision.action, decision.text, Status.OK.value, None, raw)
+        return Prediction("invalid", decision.text or None, Status.PARSE_ERROR.value, error or NOT_PROTOCOL, raw,
+                          protocol_ok=0.0)
+    return Prediction(decision.action, decision.text, Status.OK.value, None, raw, protocol_ok=1.0)
 
 
 def failed_prediction(answer: Answer) -> Prediction:
@@ -131,8 +178,8 @@ def answered(answer: Answer, read: Callable[[Answer], Prediction]) -> Prediction
 
 
 def protocol_prediction(answer: Answer) -> Prediction:
-    """The base protocol on one free-text reply (the base prompt)."""
-    return answered(answer, lambda a: decision_prediction(parse_decision(a.result.text), a.result.text))
+    """One reply read by its format (prefix protocol on free text, DecisionReply on JSON): the base prompt."""
+    return answered(answer, lambda a: decision_prediction(decision_of(a.first), a.result.text, a.first.error))
 
 
 # --------------------------------------------------------------------------- tables
@@ -145,7 +192,7 @@ PREDICTION_SCHEMA = {
     "action": pl.Utf8, "response": pl.Utf8, "status": pl.Utf8, "error": pl.Utf8, "raw_output": pl.Utf8,
     "trace": pl.Utf8, "llm_calls": pl.Int64, "cache_hits": pl.Int64, "tokens_in": pl.Int64,
     "tokens_out": pl.Int64, "latency_s": pl.Float64, "model": pl.Utf8, "prompt_version": pl.Utf8,
-    **AGENT_COLUMNS,
+    "protocol_ok": pl.Float64, "is_question": pl.Boolean, **AGENT_COLUMNS,
 }
 
 
@@ -165,7 +212,9 @@ def predictions_frame(preds: Sequence[Prediction]) -> pl.DataFrame:
             "action": p.action, "response": p.response, "status": p.status, "error": p.error,
             "raw_output": p.raw_output, "trace": _json(p.trace), "llm_calls": p.llm_calls,
             "cache_hits": p.cache_hits, "tokens_in": p.tokens_in, "tokens_out": p.tokens_out,
-            "latency_s": round(p.latency_s, 4), "model": p.model, "prompt_version": p.prompt_version, **agent,
+            "latency_s": round(p.latency_s, 4), "model": p.model, "prompt_version": p.prompt_version,
+            "protocol_ok": p.protocol_ok, "is_question": is_question(p.response) if p.action == "clarify" else None,
+            **agent,
         })
     return pl.DataFrame(rows, schema=PREDICTION_SCHEMA)
 

@@ -101,6 +101,8 @@ PERCEIVER = _module("perceiver", PerceiverReply, _slots_list)
 FORECASTER = _module("forecaster", ForecasterReply, _persona)
 PLANNER = _module("planner", PlannerReply, _action)
 OUTPUT = _module("output", OutputReply)
+OUTPUT_TEXT = LLMTask("agent_output_text", role="subject", sampling={"temperature": 0.0},
+                      accept_truncated=True)  # free text (prefix protocol)
 TASKS: dict[str, LLMTask[Any]] = {"input": INPUT, "perceiver": PERCEIVER, "forecaster": FORECASTER,
                                   "planner": PLANNER, "output": OUTPUT}
 

@@ -98,6 +98,8 @@ def prediction_stats(out: pl.DataFrame) -> dict[str, int | float]:
         "parse_errors": int((done["status"] == Status.PARSE_ERROR.value).sum()),
         "llm_errors": int((done["status"] == Status.LLM_ERROR.value).sum()), "input_errors": out.height - done.height,
         "invalid_outputs": int((done["action"] == "invalid").sum()),
+        "protocol_compliance": round(float(evaluated["protocol_ok"].mean() or 0.0), 4)
+        if "protocol_ok" in evaluated.columns else None,
         "accuracy": round(float((evaluated["action"] == evaluated["reference_action"]).mean() or 0.0), 4),
         "llm_calls_per_turn": round(float(done["llm_calls"].mean() or 0.0), 3),
     }

@@ -12,7 +12,10 @@ from dagster_project.core.clarifymt.agent.at_cot import ATCoT
 from dagster_project.core.clarifymt.agent.base import BaseMethod
 from dagster_project.core.clarifymt.agent.clarify_agent import ClarifyAgent
 from dagster_project.core.clarifymt.agent.cot import ChainOfThought
-from dagster_project.core.clarifymt.agent.intent_sim import IntentSim
+from dagster_project.core.clarifymt.agent.intent_sim import (
+    IntentSim,
+    IntentSimInterpretations,
+)
 from dagster_project.core.clarifymt.agent.majority_vote import MajorityVote
 from dagster_project.core.clarifymt.agent.method import Method
 
@@ -27,6 +30,8 @@ BUILDERS: dict[MethodName, Builder] = {
     "clarify_agent_no_planner": lambda cfg, role: ClarifyAgent(cfg, role, planner=False),
     "clarify_agent_no_perceiver": lambda cfg, role: ClarifyAgent(cfg, role, perceiver=False),
     "clarify_agent_no_forecaster": lambda cfg, role: ClarifyAgent(cfg, role, forecaster=False),
+    "intent_sim_interpretations": IntentSimInterpretations,
+    "at_cot_subtypes": lambda cfg, role: ATCoT(cfg, role, subtypes=True),
 }
 if tuple(BUILDERS) != get_args(MethodName):
     raise RuntimeError(f"agent.registry builds {list(BUILDERS)}, config.MethodName lists {get_args(MethodName)}")
@@ -42,5 +47,6 @@ def build_method(name: str, cfg: EvaluationConfig, role: str = "subject") -> Met
 
 
 def calls_per_turn(cfg: EvaluationConfig) -> dict[str, int]:
-    """Upper bound of LLM generations per turn for each method (ClarifyAgent skips the Forecaster on turn 1)."""
+    """Upper bound of LLM generations per turn for each method (ClarifyAgent skips the Forecaster on turn 1,
+    Intent-Sim its answer call when it asks)."""
     return {name: build_method(name, cfg).calls_per_turn for name in BUILDERS}

@@ -14,7 +14,8 @@ when every required slot is filled and no slot is in conflict.
 
 A slot once filled is not forgotten when the Perceiver stops mentioning it (filled + unfilled stays
 filled); a filled slot that receives a *different* value is a contradiction (-> conflict); a clear new
-value resolves a conflict (-> filled). The Tracker also counts how often the agent asked about each slot.
+value resolves a conflict (-> filled). An empty table is "unknown", never "all slots filled": RSC needs at
+least one tracked slot. The Tracker also counts how often the agent asked about each slot.
 """
 
 from __future__ import annotations
@@ -111,8 +112,9 @@ class Tracker:
 
     @property
     def rsc(self) -> bool:
-        """Required Slot Completion: all required slots filled and no slot in conflict."""
-        return all(s.state == "filled" for s in self.slots.values() if s.required) and not any(
+        """Required Slot Completion: all required slots filled and no slot in conflict. An empty table means
+        nothing is known about the request yet, so RSC does not hold (the agent asks)."""
+        return bool(self.slots) and all(s.state == "filled" for s in self.slots.values() if s.required) and not any(
             s.state == "conflict" for s in self.slots.values())
 
     def unresolved(self) -> list[str]:
