@@ -19,6 +19,8 @@ GLOB_CHARS = frozenset("*?[")
 def input_paths(p: Params) -> list[tuple[str, str, str]]:
     """(group, dotted params key, path or glob) of every input file the params name; unset optional ones left out."""
     out = [("benchmark", "benchmark.annotations_path", p.benchmark.annotations_path)]
+    if p.benchmark.seed_dataset is not None:
+        out += [("benchmark", "benchmark.seed_dataset.path", p.benchmark.seed_dataset.path)]
     out += [("evaluation", f"evaluation.external.{name}.path", ds.path) for name, ds in p.evaluation.external.items()]
     out += [("logs", f"logs.paths[{i}]", v) for i, v in enumerate(p.logs.paths)]
     out += [("questions", "questions.personas_path", p.questions.personas_path)]
