@@ -85,12 +85,15 @@ LATIN_NOT_ENGLISH = ["Kannst du mir ein Rezept für Apfelkuchen geben", "Comment
 @pytest.mark.parametrize("text", LATIN_NOT_ENGLISH)
 def test_latin_script_non_english_is_not_english(text):
     assert not is_english(text, None)
-    assert detect_language(text) not in (None, "en")
+    assert detect_language(text)[0] not in (None, "en")
 
 
-def test_detect_language_without_letters_is_unknown():
-    assert detect_language("1234 ???") is None
-    assert detect_language("Write a poem about the sea") == "en"
+def test_detect_language_without_letters_is_unknown_and_doubt_keeps_english():
+    assert detect_language("1234 ???") == (None, 0.0)
+    assert detect_language("Write a poem about the sea")[0] == "en"
+    code, score = detect_language("I need a visa.")  # fastText's best guess for this short request is not English
+    assert code != "en" and score < 0.5
+    assert is_english("I need a visa.", None) and not is_english("I need a visa.", None, min_score=score / 2)
 
 
 def test_first_questions_and_rules():

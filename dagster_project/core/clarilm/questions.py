@@ -29,19 +29,24 @@ def _detector() -> LangDetector:
     return LangDetector(LangDetectConfig(model="lite"))
 
 
-def detect_language(text: str) -> str | None:
-    """ISO 639 code of the most likely language of `text`; None when it has no letters to go on."""
+def detect_language(text: str) -> tuple[str | None, float]:
+    """(ISO 639 code, confidence) of the most likely language of `text`; (None, 0.0) when it has no letters."""
     if not any(c.isalpha() for c in text):
-        return None
-    return str(_detector().detect(text, model="lite", k=1)[0]["lang"])
+        return None, 0.0
+    best = _detector().detect(text, model="lite", k=1)[0]
+    return str(best["lang"]), float(best["score"])
 
 
-def is_english(text: str, language: str | None) -> bool:
-    """The log's language tag when present (WildChat's own per-conversation label); otherwise the text's
-    detected language (fastText lid.176) must be English."""
+def is_english(text: str, language: str | None, min_score: float = 0.5) -> bool:
+    """The log's language tag when present (WildChat's own per-conversation label); otherwise the text is
+    English unless fastText (lid.176) names another language with at least `min_score` confidence (short
+    English requests such as "I need a visa." get low, noisy scores: doubt keeps the question)."""
     if language:
         return language.strip().lower() in ENGLISH_NAMES
-    return detect_language(text) == "en"
+    code, score = detect_language(text)
+    if code is None:
+        return False
+    return code == "en" or score < min_score
 
 
 def first_questions(raw_logs: pl.DataFrame, ask_max_chars: int = 300) -> pl.DataFrame:
@@ -67,9 +72,10 @@ def first_questions(raw_logs: pl.DataFrame, ask_max_chars: int = 300) -> pl.Data
     ).sort("question_id")
 
 
-def ql_rules(first: pl.DataFrame, max_chars: int, english_only: bool, min_turns: int) -> pl.DataFrame:
+def ql_rules(first: pl.DataFrame, max_chars: int, english_only: bool, min_turns: int,
+             language_min_score: float = 0.5) -> pl.DataFrame:
     """Adds `rule_reason`: too_long / not_english / single_turn, or null when the question may go to the LLM."""
-    english = [is_english(q, lang) for q, lang in zip(first["question"], first["language"])]
+    english = [is_english(q, lang, language_min_score) for q, lang in zip(first["question"], first["language"])]
     return first.with_columns(english=pl.Series(english, dtype=pl.Boolean)).with_columns(
         rule_reason=pl.when(pl.col("question").str.len_chars() > max_chars).then(pl.lit("too_long"))
         .when(pl.lit(english_only) & ~pl.col("english")).then(pl.lit("not_english"))
@@ -134,7 +140,8 @@ def apply_dedup(rows: pl.DataFrame, candidates: pl.Expr, text_col: str, embed: E
 def seed_questions_ql(chat: Chat, raw_logs: pl.DataFrame, cfg: QuestionsConfig, embed: Embed) -> pl.DataFrame:
     """Q^L: each conversation's first user question; rules, then the LLM filter (up to ql_max_llm_checks, the
     rest 'skipped'), then dedup of what passed. Every conversation keeps its row."""
-    rows = ql_rules(first_questions(raw_logs), cfg.ql_max_chars, cfg.ql_english_only, cfg.ql_min_turns)
+    rows = ql_rules(first_questions(raw_logs), cfg.ql_max_chars, cfg.ql_english_only, cfg.ql_min_turns,
+                    cfg.ql_language_min_score)
     passed = rows.filter(pl.col("rule_reason").is_null())
     limit = cfg.ql_max_llm_checks
     todo = passed.head(limit) if limit else passed
