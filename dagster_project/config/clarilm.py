@@ -76,6 +76,7 @@ class QuestionsConfig(Strict):
     dedup_tau: float = Field(0.85, gt=0.0, le=1.0)
     dedup_block: int = Field(2048, gt=0)
     max_selected: int | None = Field(None, gt=0)  # size of Q sent on to CFD/OFS (null: all of Q^L + Q^G)
+    test_fraction: float = Field(0.1, ge=0.0, lt=1.0)  # held-out share of the selected questions (never trained on)
     seed: int = 0
 
 

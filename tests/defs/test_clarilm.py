@@ -308,7 +308,8 @@ def test_annotations_group_and_trl_exports(tmp_path, monkeypatch):
     result = _run(tmp_path, monkeypatch, [logs, questions, facets, annotations], questions={"max_selected": 4},
                   facets={"log_samples": 2}, annotations={"max_question_pairs": 1})
     assert result.success
-    assert {"gx_cotap_annotations", "gx_preference_pairs", "gx_sft_dataset", "gx_dpo_dataset"} <= _checks_pass(result)
+    assert {"gx_cotap_annotations", "gx_preference_pairs", "gx_sft_dataset", "gx_dpo_dataset",
+            "gx_held_out_set"} <= _checks_pass(result)
     cotap = _read(tmp_path, "annotations", "cotap_annotations").sort("question_id")
     assert cotap.height == 4 and set(cotap["status"]) == {"ok"}
     # Q is interleaved log / generated; the scripted reasoner asks about the book and the nurse's question
@@ -335,6 +336,25 @@ def test_annotations_group_and_trl_exports(tmp_path, monkeypatch):
     assert d.column_names == ["prompt", "chosen", "rejected"] and d.num_rows == 6
     assert [m["role"] for m in s[0]["messages"]] == ["system", "user", "assistant"]
     assert d[0]["prompt"][-1]["role"] == "user" and d[0]["chosen"][0]["content"].startswith("Need clarification:")
+    assert _read(tmp_path, "annotations", "held_out_set").height == 0  # test_fraction 0.1 of 4 rounds to none
+
+
+def test_held_out_split_reaches_no_training_export(tmp_path, monkeypatch):
+    result = _run(tmp_path, monkeypatch, [logs, questions, facets, annotations],
+                  questions={"max_selected": 4, "test_fraction": 0.25}, facets={"log_samples": 2},
+                  annotations={"max_question_pairs": 1})
+    assert result.success
+    assert {"gx_question_set", "gx_sft_dataset", "gx_dpo_dataset", "gx_held_out_set"} <= _checks_pass(result)
+    q = _read(tmp_path, "questions", "question_set").filter("selected")
+    test_ids = q.filter(pl.col("split") == "test")["question_id"].to_list()
+    assert len(test_ids) == 1 and q.filter(pl.col("split") == "train").height == 3
+    held = _read(tmp_path, "annotations", "held_out_set")
+    assert held["question_id"].to_list() == test_ids and held["reference_action"].to_list() == ["answer"]
+    assert _read(tmp_path, "annotations", "cotap_annotations").height == 4  # the test question is annotated
+    for name in ("sft_dataset", "dpo_dataset"):
+        assert not set(_read(tmp_path, "annotations", name)["question_id"]) & set(test_ids)
+        exported = (tmp_path / f"assets/annotations/{name}.jsonl").read_text()
+        assert held["question"][0] not in exported
 
 
 def test_chain_runs_when_the_logs_hold_no_clarification(tmp_path, monkeypatch):
