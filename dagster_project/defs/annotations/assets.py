@@ -16,8 +16,8 @@ from dagster_project.core.clarilm.annotations import (
     TRL_DPO_COLUMNS,
     TRL_SFT_COLUMNS,
     dpo_rows,
-    sft_rows,
     held_out_rows,
+    sft_rows,
     trl_export,
 )
 from dagster_project.core.clarilm.annotations import (
