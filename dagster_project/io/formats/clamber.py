@@ -2,6 +2,10 @@
 ``clarifying_question``, ``category``, ``subclass``. One single-turn dialogue per record; the reference
 action is clarify when require_clarification is 1. Lines that hold a JSON *string* which itself contains
 the object (as in some published copies) are accepted.
+
+``category`` (CLAMBER's top-level ambiguity class: MC / FD / LA) goes to the turn's `category` column and
+``subclass`` to `subtype`; an unambiguous row (require_clarification 0, or subclass "none") has a null subtype,
+never the string "none".
 """
 
 from __future__ import annotations
@@ -10,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from dagster_project.io.formats.dialogues import ImportResult, TurnSink, read, text_value
+
+
+NO_SUBCLASS = ("", "none", "null", "n/a")
 
 
 def flag_value(value: Any) -> int | None:
@@ -39,7 +46,9 @@ def read_clamber(path: str | Path, dataset: str, limit: int | None = None) -> Im
         context = text_value(obj.get("context"))
         user = f"{context}\n\n{question}" if context else question
         ident = text_value(obj.get("id")) or f"{rec.record:06d}"
+        subclass = text_value(obj.get("subclass"))
+        subtype = subclass if need == 1 and (subclass or "").lower() not in NO_SUBCLASS else None
         sink.turn(rec.record, f"{dataset}-{ident}", 1, 1, [{"role": "user", "content": user}],
                   "clarify" if need == 1 else "answer", text_value(obj.get("clarifying_question")),
-                  text_value(obj.get("subclass")) or text_value(obj.get("category")), None)
+                  subtype, None, text_value(obj.get("category")))
     return sink.result()
