@@ -41,7 +41,7 @@ def question_set(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "assets/questions").mkdir(parents=True)
     (tmp_path / "assets/annotations").mkdir(parents=True)
-    pl.DataFrame({"pair_id": ["p"]}).write_parquet(tmp_path / "assets/annotations/preference_pairs.parquet")
+    pl.DataFrame({"pair_id": ["p"], "split": ["train"]}).write_parquet(tmp_path / "assets/annotations/preference_pairs.parquet")
     assign_split(_q(QUESTIONS), 0.25, seed=3).write_parquet(tmp_path / "assets/questions/question_set.parquet")
     return assign_split(_q(QUESTIONS), 0.25, seed=3)
 
