@@ -87,7 +87,7 @@ BENCHMARK_DATASET = "clarifymt"
 class ExternalDatasetConfig(Strict):
     """A public clarification dataset on disk, imported into the dialogue/turn schema (io/formats/)."""
 
-    format: Literal["clamber", "clariq", "generic"]
+    format: Literal["clamber", "clariq", "in3", "generic"]
     path: str
     limit: int | None = Field(None, gt=0, description="read at most this many records")
     clariq_clarify_from: int = Field(2, ge=1, le=4, description="ClariQ clarification_need >= this -> clarify")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from dagster_project.config.base import Strict
@@ -28,7 +30,10 @@ class LogsConfig(Strict):
     date_from: str | None = None  # `clarify materialize logs` ingests only days in [date_from, date_to]
     date_to: str | None = None
     read_batch_size: int = Field(10_000, gt=0)
-    prefilter_max_chars: int = Field(300, gt=0)
+    # FM-LOG signals to mine (core/clarilm/logs.SOURCES): the paper's user refinements and/or assistant questions
+    sources: list[Literal["user_refinement", "assistant_asked"]] = Field(
+        default_factory=lambda: ["user_refinement", "assistant_asked"], min_length=1)
+    prefilter_max_chars: int | None = Field(None, gt=0)  # assistant_asked turns longer than this are dropped (None: no limit)
     max_extractions: int | None = Field(None, gt=0)
     extraction_temperature: float = Field(0.0, ge=0.0, le=2.0)
 
@@ -58,6 +63,7 @@ class QuestionsConfig(Strict):
 
     ql_max_chars: int = Field(500, gt=0)
     ql_english_only: bool = True
+    ql_language_min_score: float = Field(0.5, ge=0.0, le=1.0)  # confidence needed to call a question non-English
     ql_min_turns: int = Field(2, ge=1)
     ql_max_llm_checks: int | None = Field(None, gt=0)
     personas_path: str = "data/personas.jsonl"
@@ -70,6 +76,7 @@ class QuestionsConfig(Strict):
     dedup_tau: float = Field(0.85, gt=0.0, le=1.0)
     dedup_block: int = Field(2048, gt=0)
     max_selected: int | None = Field(None, gt=0)  # size of Q sent on to CFD/OFS (null: all of Q^L + Q^G)
+    test_fraction: float = Field(0.1, ge=0.0, lt=1.0)  # held-out share of the selected questions (never trained on)
     seed: int = 0
 
 

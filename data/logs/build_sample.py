@@ -9,6 +9,9 @@ Every conversation below was written for this project. Four files, one per suppo
                              conversation: [{role, content}]}, plus deliberately malformed lines
 - openai_sample.jsonl        OpenAI chat JSONL: {id, created, messages: [{role, content}]}
 - parquet_sample.parquet     Parquet with the WildChat fields
+- sharegpt_refinements.json  ShareGPT JSON array: users who refine their own question after an answer (the
+                             ClariLM paper's FM-LOG signal) and clarifying questions at the end of long
+                             assistant turns (what logs.prefilter_max_chars drops)
 
 Some conversations hold real clarification exchanges (the assistant asks, the user narrows the request),
 some hold assistant questions that are not clarifications (offers, intent shifts), most hold none.
@@ -130,6 +133,43 @@ NON_ENGLISH = [
 ]
 
 
+REFINING_USERS = [  # the user narrows the request after the assistant answered (no clarifying question asked)
+    ["Suggest a name for my bakery.",
+     "How about 'Golden Crust', 'Rise and Shine' or 'The Flour Pot'?",
+     "It should sound French and be a single short word.",
+     "Try 'Levain', 'Brioche' or 'Fournil'."],
+    ["Find me a recipe for soup.",
+     "A classic tomato soup: soften an onion and garlic, add canned tomatoes and stock, simmer 20 minutes, blend.",
+     "I need something vegan with lentils that is ready in 30 minutes.",
+     "Red lentil soup: onion, carrot, cumin, red lentils and stock; simmer 20 minutes and finish with lemon."],
+    ["What programming language should I learn?",
+     "Python is a popular first language: readable, versatile and well supported.",
+     "I mainly want to build apps for the iPhone.",
+     "Then learn Swift with SwiftUI; Apple's free tutorials are a good start."],
+    ["Tell me about the Roman Empire.",  # a follow-up on the answer, not a refinement
+     "The Roman Empire began in 27 BC under Augustus and its western half fell in AD 476.",
+     "Who came after Augustus?",
+     "Tiberius, his stepson, from AD 14."],
+]
+
+LONG_CLARIFYING = [  # a clarifying question at the end of an assistant turn longer than 300 characters
+    ["Help me choose a database for my project.",
+     "There are many good options, and the right one depends on your workload. Relational databases such as "
+     "PostgreSQL or MySQL are strong when your data has a clear structure and you need transactions; document "
+     "stores like MongoDB suit flexible, nested records; key-value stores like Redis shine for caching. Before I "
+     "recommend one: what kind of data will you store, and how many requests per second do you expect?",
+     "User profiles and orders for a small web shop, about 50 requests per second.",
+     "PostgreSQL fits well: relational data, transactions for orders, and 50 requests per second is light."],
+    ["I want to start investing.",
+     "Good idea to start early. Common routes are low-cost index funds, which spread risk across a whole market; "
+     "bonds, which are steadier but grow more slowly; and individual shares, which need research and carry more "
+     "risk. Many people also use a tax-advantaged account first. To point you in the right direction: what is "
+     "your time horizon, and how much risk are you comfortable with?",
+     "Twenty years, and I can accept moderate ups and downs.",
+     "A mostly-equity global index fund with some bonds, bought monthly, suits a 20-year moderate-risk plan."],
+]
+
+
 def _sharegpt(cid: str, turns: list[str]) -> dict:
     return {"id": cid, "conversations": [{"from": "human" if i % 2 == 0 else "gpt", "value": t}
                                          for i, t in enumerate(turns)]}
@@ -193,7 +233,12 @@ def build() -> dict[str, int]:
           for i, c in enumerate([CLARIFYING[0][:2] + ["For gaming, around 1000 euros."] + CLARIFYING[0][3:],
                                  NO_QUESTIONS[0], NO_QUESTIONS[3]])]
     pl.DataFrame(pq).write_parquet(HERE / "parquet_sample.parquet")
-    return {"sharegpt": len(share), "wildchat": len(good) + len(bad), "openai": len(oa), "parquet": len(pq)}
+
+    # ShareGPT array: user refinements and long assistant turns that end with a clarifying question
+    more = [_sharegpt(f"sr-{i:02d}", c) for i, c in enumerate(REFINING_USERS + LONG_CLARIFYING)]
+    (HERE / "sharegpt_refinements.json").write_text(json.dumps(more, indent=1, ensure_ascii=False) + "\n")
+    return {"sharegpt": len(share) + len(more), "wildchat": len(good) + len(bad), "openai": len(oa),
+            "parquet": len(pq)}
 
 
 if __name__ == "__main__":

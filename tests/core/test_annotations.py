@@ -14,6 +14,7 @@ from dagster_project.core.clarilm.annotations import (
     cotap,
     dpo_rows,
     format_response,
+    held_out_rows,
     options_block,
     parse_cotap_one,
     preference_pairs,
@@ -47,6 +48,7 @@ QUESTIONS = pl.DataFrame({
     "question": ["Recommend a laptop.", "What is the capital of France?", "Plan a trip."],
     "question_source": ["log", "generated", "generated"],
     "log_answer": ["Try a ThinkPad.", None, None],
+    "split": ["train", "train", "train"],
 })
 FACETS = pl.DataFrame({
     "facet_id": ["q1:llm:0", "q1:log:0", "q1:log:1", "q1:log:2", "q2:llm:0"],
@@ -174,3 +176,17 @@ def test_trl_formats_load_with_datasets(tmp_path):
     # TRL's conversational checks: lists of {role, content}; the last prompt turn is the user's
     assert d[0]["prompt"][-1]["role"] == "user" and d[0]["chosen"][0]["role"] == "assistant"
     assert s[0]["messages"][-1]["role"] == "assistant"
+
+
+def test_test_questions_are_never_exported_for_training():
+    cotap = _annotated().with_columns(split=pl.when(pl.col("question_id") == "q1").then(pl.lit("test"))
+                                      .otherwise(pl.lit("train")))
+    assert "q1" not in sft_rows(cotap, None)["question_id"].to_list()
+    pairs = preference_pairs(cotap, 1)
+    assert "q1" in pairs["question_id"].to_list()  # the pairs table keeps every row, with its split
+    assert "q1" not in dpo_rows(pairs, None)["question_id"].to_list()
+    test = held_out_rows(cotap, "Decide first.")
+    assert test.select("question_id", "reference_action", "reference_question").rows() == [
+        ("q1", "clarify", "What will you use it for?")]
+    assert test["messages"][0].to_list() == [{"role": "system", "content": "Decide first."},
+                                             {"role": "user", "content": "Recommend a laptop."}]

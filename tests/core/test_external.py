@@ -10,6 +10,7 @@ from dagster_project.core.clarifymt.external import PERSONA_ALIASES, import_data
 from dagster_project.io.formats.clamber import read_clamber
 from dagster_project.io.formats.clariq import read_clariq
 from dagster_project.io.formats.dialogues import read_generic
+from dagster_project.io.formats.in3 import inquiries, read_in3
 from dagster_project.io.records import InputFileError
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "external"
@@ -29,6 +30,32 @@ def test_clamber_plain_and_string_encoded_lines():
     assert third["subtype"] == "when"
     assert t.row(1, named=True)["reference_question"] is None  # only clarify turns keep a reference question
     assert set(t["turn"]) == {1} and set(t["status"]) == {"ok"}
+
+
+def test_clamber_keeps_its_category_and_a_null_subtype_for_unambiguous_rows():
+    t = read_clamber(DATA / "clamber_sample.jsonl", "clamber").turns
+    assert t["category"].to_list() == ["MC", "FD", "LA", "FD"]
+    assert t["subtype"].to_list() == ["whom", None, "when", None]  # not the string "none"
+    assert t.filter(pl.col("reference_action") == "answer")["subtype"].null_count() == 2
+
+
+def test_in3_sample_vague_tasks_clarify_with_every_inquiry_most_important_first():
+    r = read_in3(DATA / "in3_sample.jsonl", "in3")
+    t = r.turns
+    assert r.records == 6 and t["dialogue_id"].to_list() == ["in3-000001", "in3-000002", "in3-000003"]
+    assert t["reference_action"].to_list() == ["clarify", "answer", "clarify"]
+    assert t["reference_question"].to_list() == [
+        "Where would you like to go? What budget do you have in mind?", None, "Do you run on roads or trails?"]
+    assert t["category"].to_list() == ["Travel", "Cooking", "Shopping"] and t["subtype"].null_count() == 3
+    assert t["messages"][0].to_list() == [{"role": "user", "content": "Plan a weekend trip for me."}]
+    rej = r.rejected.frame()
+    assert rej["record"].to_list() == [4, 5, 6] and rej["field"].to_list() == ["task", "vague", "missing_details"]
+    assert inquiries(None) == [] and inquiries([{"inquiry": "A?", "importance": "1"}, {"inquiry": "B?"}]) == ["A?", "B?"]
+
+
+def test_in3_is_an_external_format():
+    r = import_dataset("in3", "in3", DATA / "in3_sample.jsonl", limit=2)
+    assert r.turns.height == 2 and set(r.turns["dataset"]) == {"in3"}
 
 
 def test_clamber_bad_lines_are_quarantined_with_reasons():

@@ -9,8 +9,18 @@ import polars as pl
 import pytest
 
 from dagster_project.config import LogsConfig
-from dagster_project.core.clarilm.extraction import EXTRACT, extract, parse_extraction
-from dagster_project.core.clarilm.logs import ledger, load_logs, log_dates, pass_rate, prefilter, read_logs
+from dagster_project.core.clarilm.extraction import EXTRACT, EXTRACT_REFINEMENT, extract, in_log, parse_extraction
+from dagster_project.core.clarilm.logs import (
+    assistant_asked,
+    dropped_by_length,
+    ledger,
+    load_logs,
+    log_dates,
+    pass_rate,
+    prefilter,
+    read_logs,
+    user_refinements,
+)
 from dagster_project.io.formats.chat_logs import expand_paths
 from dagster_project.io.records import InputFileError
 from dagster_project.llm.chat import ChatResult
@@ -113,7 +123,7 @@ def test_sample_logs_shipped_with_the_repo():
                          REPO)
     turns, rej, stats = _read(paths)
     assert set(stats.files.values()) == {"sharegpt", "wildchat", "openai"}
-    assert stats.records_read == 44 and stats.conversations_kept == 37 and stats.records_rejected == 7
+    assert stats.records_read == 50 and stats.conversations_kept == 43 and stats.records_rejected == 7
     assert stats.records_read == stats.conversations_kept + stats.records_rejected
 
 
@@ -224,7 +234,7 @@ def test_prefilter_rules_and_pass_rate():
         ("c6", [(u, "Explain Y."), (a, "Y is Z. Isn't that neat?"), (u, "yes")]),                        # not addressed
         ("c7", [(u, "Fix it"), (a, "Which file is broken?"), (u, "main.py")]),                           # kept (which)
     )
-    out = prefilter(turns, max_chars=300).collect().sort("conversation_id")
+    out = assistant_asked(turns, max_chars=300).collect().sort("conversation_id")
     assert out.select("conversation_id", "reject_reason").rows() == [
         ("c1", None), ("c2", "no_user_reply"), ("c3", "no_preceding_user_turn"), ("c4", "too_long"),
         ("c5", "no_question"), ("c6", "not_addressed_to_user"), ("c7", None)]
@@ -233,19 +243,54 @@ def test_prefilter_rules_and_pass_rate():
         "c1:1", "Plan a trip.", "Where do you want to go?", "Japan.")
     assert out.filter(~pl.col("kept"))["query"].is_null().all()  # texts only for kept rows
     assert pass_rate(out) == pytest.approx(2 / 7)
+    assert set(out["source"]) == {"assistant_asked"} and set(out["log_file"]) == {"f"}
 
 
 def test_prefilter_keeps_order_within_conversation_when_input_is_shuffled():
     turns = _turns(("c1", [("user", "Plan a trip."), ("assistant", "Where do you want to go?"), ("user", "Japan.")]))
-    out = prefilter(turns.reverse(), 300).collect()
+    out = prefilter(turns.reverse(), 300, ["assistant_asked"]).collect()
     assert out["kept"].to_list() == [True] and out["reply"][0] == "Japan."
+
+
+LONG_ASK = "Good question. " + "There are many options to weigh here. " * 10 + "Which city are you flying from?"
+
+
+def test_length_limit_is_a_param_and_what_it_drops_is_counted():
+    turns = _turns(("c1", [("user", "Find me a flight."), ("assistant", LONG_ASK), ("user", "From Oslo.")]),
+                   ("c2", [("user", "Explain X."), ("assistant", "X is " + "very " * 80 + "long."), ("user", "ok")]))
+    limited = assistant_asked(turns, 300).collect().sort("conversation_id")
+    assert limited["reject_reason"].to_list() == ["too_long", "too_long"]
+    assert dropped_by_length(limited) == 1  # c1 asks the user something; c2 is just long
+    unlimited = assistant_asked(turns, None).collect().sort("conversation_id")
+    assert unlimited["reject_reason"].to_list() == [None, "no_question"] and dropped_by_length(unlimited) == 0
+
+
+def test_user_refinement_pairs_are_consecutive_user_questions():
+    u, a = "user", "assistant"
+    turns = _turns(
+        ("c1", [(u, "Recommend a laptop."), (a, "Try a ThinkPad."), (u, "Under 800 euros, for video editing."),
+                (a, "Then an Acer Swift."), (u, "Thanks!")]),
+        ("c2", [(u, "Hi"), (a, "Hello!")]),                                     # one user turn: no pair
+        ("c3", [(u, "Plan a trip."), (u, "plan a trip!"), (a, "Sure.")]),       # a re-send, back to back
+    )
+    out = user_refinements(turns).collect().sort("candidate_id")
+    assert out.select("candidate_id", "turn_index", "kept", "reject_reason").rows() == [
+        ("c1:0>2", 2, True, None), ("c1:2>4", 4, True, None), ("c3:0>1", 1, False, "repeated_question")]
+    first = out.row(0, named=True)
+    assert (first["source"], first["query"], first["reply"], first["clarifying_question"]) == (
+        "user_refinement", "Recommend a laptop.", "Under 800 euros, for video editing.", "Try a ThinkPad.")
+    both = prefilter(turns, None).collect()
+    assert both.group_by("source").len().sort("source").rows() == [("assistant_asked", 4), ("user_refinement", 3)]
+    assert prefilter(turns, None, ["user_refinement"]).collect().height == 3
 
 
 # --------------------------------------------------------------------------- extraction
 
-CAND = {"candidate_id": "c1:1", "conversation_id": "c1", "turn_index": 1, "source": "f",
-        "log_date": date(2024, 1, 1), "query": "Plan a trip.", "clarifying_question": "Where to?",
+CAND = {"candidate_id": "c1:1", "conversation_id": "c1", "turn_index": 1, "source": "assistant_asked",
+        "log_file": "f", "log_date": date(2024, 1, 1), "query": "Plan a trip.", "clarifying_question": "Where to?",
         "reply": "Japan, ten days."}
+REFINE = CAND | {"candidate_id": "c1:0>2", "turn_index": 2, "source": "user_refinement",
+                 "clarifying_question": "Sure, here are ideas."}
 
 
 def test_parse_extraction_good():
@@ -292,6 +337,45 @@ def test_extraction_requests_and_results_table():
     assert out["status"].to_list() == ["ok", "llm_error"]
     assert out["kept"].to_list() == [True, False]
     assert out["raw_output"].to_list() == ['{"is_clarification": true, "facet": "where"}', None]
+
+
+def test_a_logged_question_the_model_invented_is_marked_not_kept():
+    logged = CAND | {"clarifying_question": "Great idea! Where do you want to go, and for how long?"}
+    copied = json.dumps({"is_clarification": True, "query": "Plan a trip", "facet": "destination",
+                         "clarifying_question": "where do you want to go and for how long",
+                         "refined_query": "Plan a ten-day trip to Japan"})
+    r = parse_extraction(logged, copied)
+    assert (r["status"], r["kept"], r["c_in_log"]) == ("ok", True, True)
+    invented = json.loads(copied) | {"clarifying_question": "What is your budget?"}
+    r = parse_extraction(logged, json.dumps(invented))
+    assert (r["status"], r["kept"], r["c_in_log"], r["reject_reason"]) == (
+        "parse_error", False, False, "question_not_in_log")
+    assert "not in the logged assistant turn" in r["error"] and r["c"] == "What is your budget?"
+
+
+def test_in_log_ignores_case_punctuation_and_spacing_but_not_words():
+    turn = 'Sure!  "Which OS -- Windows or macOS?" Tell me.'
+    assert in_log("which os windows or macos", turn)
+    assert not in_log("Which OS do you use?", turn) and not in_log("", turn) and not in_log("OS", "MacOS")
+
+
+def test_refinement_source_uses_its_prompt_and_the_llm_writes_c():
+    sent = []
+    reply = json.dumps({"is_clarification": True, "query": "Plan a trip", "facet": "destination and length",
+                        "clarifying_question": "Where would you like to go, and for how long?",
+                        "refined_query": "Plan a ten-day trip to Japan"})
+    out = extract(lambda role, reqs: sent.extend(reqs) or [ChatResult(texts=[reply], model="m")],
+                  pl.DataFrame([REFINE]))
+    user = sent[0].messages[-1]["content"]
+    assert sent[0].prompt_version == EXTRACT_REFINEMENT.version != EXTRACT.version
+    assert 'q_i: "Plan a trip."' in user and 'q_next: "Japan, ten days."' in user
+    assert "Sure, here are ideas." not in user  # the paper's input is the user's questions only
+    assert user.count("facet:") >= 3 and user.count("Not refinements") == 1
+    row = out.row(0, named=True)
+    assert (row["source"], row["kept"], row["c_in_log"], row["log_file"]) == ("user_refinement", True, None, "f")
+    assert row["c"] == "Where would you like to go, and for how long?"
+    no_c = parse_extraction(REFINE, json.dumps(json.loads(reply) | {"clarifying_question": ""}))
+    assert (no_c["status"], no_c["kept"]) == ("parse_error", False)  # nothing logged to fill c from
 
 
 # --------------------------------------------------------------------------- daily partitions

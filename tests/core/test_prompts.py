@@ -43,6 +43,7 @@ VALUES = {
     "judge_question": dict(dialogue="User: Q?", reference="REF?", candidate="CAND?"),
     # ClariLM groups (logs.py, questions.py, facets.py, annotations.py)
     "clarilm_extract_clarification": dict(query="Q?", assistant_turn="CQ?", reply="R."),
+    "clarilm_extract_refinement": dict(query="Q?", reply="R."),
     "clarilm_ql_filter": dict(question="Q?"),
     "clarilm_generate_question": dict(persona="a nurse", examples="- EX?"),
     "clarilm_transform_question": dict(question="Q?", instruction="Make it simpler."),

@@ -1,7 +1,7 @@
 """core/questions.py: Q^L extraction and rules, LLM filter parsing, persona/seed files, Q^G plan and dedup."""
 
-from datetime import date
 import json
+from datetime import date
 
 import numpy as np
 import polars as pl
@@ -21,9 +21,10 @@ from dagster_project.core.clarilm.question_generation import (
 from dagster_project.core.clarilm.questions import (
     QL_FILTER,
     apply_dedup,
+    detect_language,
     first_questions,
+    is_english,
     llm_reason,
-    looks_english,
     ql_filter,
     ql_rules,
 )
@@ -66,12 +67,33 @@ def keyword_embed(texts):
     return out
 
 
-def test_looks_english():
-    assert looks_english("How do I bake bread?", None)
-    assert not looks_english("Что такое квантовая физика?", None)
-    assert looks_english("Wie spät ist es?", "english")  # the tag wins over the text
-    assert not looks_english("How are you?", "German")
-    assert not looks_english("1234 ???", None)
+def test_is_english():
+    assert is_english("How do I bake bread?", None)
+    assert not is_english("Что такое квантовая физика?", None)
+    assert is_english("Wie spät ist es?", "english")  # the tag wins over the text
+    assert not is_english("How are you?", "German")
+    assert not is_english("1234 ???", None)
+
+
+# Latin-script, (almost) ASCII-only non-English requests: the old "<= 10% non-ASCII letters" rule called
+# every one of them English.
+LATIN_NOT_ENGLISH = ["Kannst du mir ein Rezept für Apfelkuchen geben", "Comment faire une tarte aux pommes ?",
+                     "Come posso imparare a programmare in Python", "Hoe laat is het nu",
+                     "Bagaimana cara membuat kue", "Jak napisac list motywacyjny", "Escribe un correo para mi jefe"]
+
+
+@pytest.mark.parametrize("text", LATIN_NOT_ENGLISH)
+def test_latin_script_non_english_is_not_english(text):
+    assert not is_english(text, None)
+    assert detect_language(text)[0] not in (None, "en")
+
+
+def test_detect_language_without_letters_is_unknown_and_doubt_keeps_english():
+    assert detect_language("1234 ???") == (None, 0.0)
+    assert detect_language("Write a poem about the sea")[0] == "en"
+    code, score = detect_language("I need a visa.")  # fastText's best guess for this short request is not English
+    assert code != "en" and score < 0.5
+    assert is_english("I need a visa.", None) and not is_english("I need a visa.", None, min_score=score / 2)
 
 
 def test_first_questions_and_rules():

@@ -48,7 +48,9 @@ def clarilm_responder(job: Job, idx: int) -> str:
     if "is_clarification" in props:  # extraction: an exchange is a clarification when the reply is short
         reply = text.split('q_next: "')[-1].split('"')[0]
         ok = len(reply.split()) >= 3 and not reply.lower().startswith(("yes", "no", "what", "tell"))
-        return json.dumps({"is_clarification": ok, "query": "", "clarifying_question": "",
+        # user_refinement: the model writes c itself; assistant_asked: it leaves c empty (filled from the log)
+        asked = "Could you tell me more about what you need?" if ok and "Not refinements" in text else ""
+        return json.dumps({"is_clarification": ok, "query": "", "clarifying_question": asked,
                            "refined_query": reply if ok else "", "facet": "the missing detail" if ok else ""})
     if "context_independent" in props:  # Q^L filter
         q = text.split('"')[1]
@@ -157,20 +159,38 @@ def test_logs_group_on_the_shipped_sample(tmp_path, monkeypatch):
         "2024-05-01", "2024-05-02", "2024-05-03"]
     raw = _read(tmp_path, "logs", "raw_logs")
     rej = _read(tmp_path, "logs", "raw_logs_rejected")
-    assert raw["conversation_id"].n_unique() == 37 and rej.height == 7
+    assert raw["conversation_id"].n_unique() == 43 and rej.height == 7
     assert rej.columns == ["file", "record", "field", "reason", "raw"]
     assert sorted(r.split(":")[0] for r in rej["reason"]) == sorted(["invalid_json", "missing_role", "empty_text", "wrong_type", "not_utf8",
                                             "oversized_message", "duplicate_conversation_id"])
     cand = _read(tmp_path, "logs", "log_candidates")
-    assert cand.height == raw.filter(pl.col("role") == "assistant").height
-    assert int(cand["kept"].sum()) == 17
+    asked = cand.filter(pl.col("source") == "assistant_asked")
+    assert asked.height == raw.filter(pl.col("role") == "assistant").height
+    users = raw.filter(pl.col("role") == "user")
+    assert cand.height - asked.height == users.height - users["conversation_id"].n_unique()  # consecutive pairs
+    # 17 short assistant questions + the 2 long ones of sharegpt_refinements.json (no length limit by default)
+    assert int(asked["kept"].sum()) == 19 and int(cand["kept"].sum()) == 19 + 25
+    assert set(asked.filter(pl.col("reject_reason") == "too_long")["candidate_id"]) == set()
     clar = _read(tmp_path, "logs", "log_clarifications")
-    assert clar.height == 17 and set(clar["status"]) == {"ok"}
+    assert clar.height == 44 and set(clar["status"]) == {"ok"}
     # the scripted extractor rejects "Yes, show me the formula." and "No thanks. Who wrote Macbeth?"
     assert set(clar.filter(~pl.col("kept"))["candidate_id"]) >= {"wc-04:1", "wc-05:1"}
     kept = clar.filter("kept")
-    assert kept["facet"].null_count() == 0 and (kept["filled_from_log"].list.len() == 2).all()
-    assert len(SCRIPTED["backend"].jobs) == 17  # one extraction call per candidate
+    assert dict(kept.group_by("source").len().iter_rows()) == {"assistant_asked": 13, "user_refinement": 18}
+    assert kept["facet"].null_count() == 0 and kept.filter(pl.col("source") == "assistant_asked")["c_in_log"].all()
+    assert (kept.filter(pl.col("source") == "user_refinement")["filled_from_log"].list.len() == 1).all()  # c is written
+    assert len(SCRIPTED["backend"].jobs) == 44  # one extraction call per candidate
+
+
+def test_logs_length_limit_drops_long_clarifications(tmp_path, monkeypatch):
+    result = _run(tmp_path, monkeypatch, [logs], logs={"prefilter_max_chars": 300, "sources": ["assistant_asked"]})
+    assert result.success
+    _checks_pass(result)
+    cand = _read(tmp_path, "logs", "log_candidates")
+    assert set(cand["source"]) == {"assistant_asked"} and int(cand["kept"].sum()) == 17
+    dropped = cand.filter((pl.col("reject_reason") == "too_long") & pl.col("asks_user"))
+    assert sorted(dropped["candidate_id"]) == ["sr-04:1", "sr-05:1"]
+    assert _read(tmp_path, "logs", "log_clarifications").height == 17
 
 
 def test_ledger_check_fails_when_a_quarantined_record_goes_missing(tmp_path, monkeypatch):
@@ -194,7 +214,7 @@ def test_days_outside_the_partitions_are_an_error_not_a_silent_skip(tmp_path, mo
     with pytest.raises(ValueError, match=r"records are dated 2024-05-01\.\.2024-05-01.*logs.partition_start"):
         days_to_ingest(cfg, keys)
     days, counts = days_to_ingest(cfg.model_copy(update={"date_from": "2024-05-02"}), keys)
-    assert days == ["2024-05-02", "2024-05-03"] and sum(counts.values()) == 44
+    assert days == ["2024-05-02", "2024-05-03"] and sum(counts.values()) == 50
 
 
 def test_logs_max_extractions_keeps_skipped_rows(tmp_path, monkeypatch):
@@ -203,15 +223,15 @@ def test_logs_max_extractions_keeps_skipped_rows(tmp_path, monkeypatch):
     _checks_pass(result)
     clar = _read(tmp_path, "logs", "log_clarifications")
     per_day = _read(tmp_path, "logs", "log_candidates").filter("kept").group_by("log_date").len()["len"].to_list()
-    assert sum(per_day) == 17 and len(per_day) > 1  # the cap applies per day (partition)
-    assert clar.height == 17 and (clar["status"] == "skipped").sum() == sum(max(n - 5, 0) for n in per_day)
+    assert sum(per_day) == 44 and len(per_day) > 1  # the cap applies per day (partition)
+    assert clar.height == 44 and (clar["status"] == "skipped").sum() == sum(max(n - 5, 0) for n in per_day)
     assert len(SCRIPTED["backend"].jobs) == sum(min(n, 5) for n in per_day)
 
 
 def test_logs_llm_errors_become_rows_and_fail_the_error_rate_check(tmp_path, monkeypatch):
     result = _run(tmp_path, monkeypatch, [logs], fail=lambda job: "RuntimeError: down")
     clar = _read(tmp_path, "logs", "log_clarifications")
-    assert clar.height == 17 and set(clar["status"]) == {"llm_error"} and not clar["kept"].any()
+    assert clar.height == 44 and set(clar["status"]) == {"llm_error"} and not clar["kept"].any()
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks["gx_log_clarifications"] is False and checks["gx_raw_logs"] is True
 
@@ -221,9 +241,9 @@ def test_questions_group(tmp_path, monkeypatch):
     assert result.success
     assert {"gx_seed_questions_ql", "gx_personas", "gx_seed_questions_qg"} <= _checks_pass(result)
     ql = _read(tmp_path, "questions", "seed_questions_ql")
-    assert ql.height == 37  # one row per kept conversation
+    assert ql.height == 43  # one row per kept conversation
     reasons = dict(ql.group_by("reject_reason").len().iter_rows())
-    assert reasons == {None: 31, "not_english": 2, "context_dependent": 1, "duplicate": 3}
+    assert reasons == {None: 37, "not_english": 2, "context_dependent": 1, "duplicate": 3}
     # the Parquet file repeats three ShareGPT first questions word for word: exact duplicates
     dup = ql.filter(pl.col("question_id") == "ql-sg-00").row(0, named=True)
     assert (dup["duplicate_of"], dup["dedup_reason"], dup["kept"]) == ("ql-pq-00", "exact", False)
@@ -249,7 +269,7 @@ def test_questions_group(tmp_path, monkeypatch):
     kept_ql = set(ql.filter("kept")["question"])
     assert all(set(d) <= kept_ql for d in qg["demos"]) and all(len(d) == 3 for d in qg["demos"])
     q = _read(tmp_path, "questions", "question_set")
-    assert q.height == 31 + 4 and q["question_source"].to_list()[:4] == ["log", "generated", "log", "generated"]
+    assert q.height == 37 + 4 and q["question_source"].to_list()[:4] == ["log", "generated", "log", "generated"]
     assert q["selected"].all()  # questions.max_selected unset
 
 
@@ -288,7 +308,8 @@ def test_annotations_group_and_trl_exports(tmp_path, monkeypatch):
     result = _run(tmp_path, monkeypatch, [logs, questions, facets, annotations], questions={"max_selected": 4},
                   facets={"log_samples": 2}, annotations={"max_question_pairs": 1})
     assert result.success
-    assert {"gx_cotap_annotations", "gx_preference_pairs", "gx_sft_dataset", "gx_dpo_dataset"} <= _checks_pass(result)
+    assert {"gx_cotap_annotations", "gx_preference_pairs", "gx_sft_dataset", "gx_dpo_dataset",
+            "gx_held_out_set"} <= _checks_pass(result)
     cotap = _read(tmp_path, "annotations", "cotap_annotations").sort("question_id")
     assert cotap.height == 4 and set(cotap["status"]) == {"ok"}
     # Q is interleaved log / generated; the scripted reasoner asks about the book and the nurse's question
@@ -315,6 +336,25 @@ def test_annotations_group_and_trl_exports(tmp_path, monkeypatch):
     assert d.column_names == ["prompt", "chosen", "rejected"] and d.num_rows == 6
     assert [m["role"] for m in s[0]["messages"]] == ["system", "user", "assistant"]
     assert d[0]["prompt"][-1]["role"] == "user" and d[0]["chosen"][0]["content"].startswith("Need clarification:")
+    assert _read(tmp_path, "annotations", "held_out_set").height == 0  # test_fraction 0.1 of 4 rounds to none
+
+
+def test_held_out_split_reaches_no_training_export(tmp_path, monkeypatch):
+    result = _run(tmp_path, monkeypatch, [logs, questions, facets, annotations],
+                  questions={"max_selected": 4, "test_fraction": 0.25}, facets={"log_samples": 2},
+                  annotations={"max_question_pairs": 1})
+    assert result.success
+    assert {"gx_question_set", "gx_sft_dataset", "gx_dpo_dataset", "gx_held_out_set"} <= _checks_pass(result)
+    q = _read(tmp_path, "questions", "question_set").filter("selected")
+    test_ids = q.filter(pl.col("split") == "test")["question_id"].to_list()
+    assert len(test_ids) == 1 and q.filter(pl.col("split") == "train").height == 3
+    held = _read(tmp_path, "annotations", "held_out_set")
+    assert held["question_id"].to_list() == test_ids and held["reference_action"].to_list() == ["answer"]
+    assert _read(tmp_path, "annotations", "cotap_annotations").height == 4  # the test question is annotated
+    for name in ("sft_dataset", "dpo_dataset"):
+        assert not set(_read(tmp_path, "annotations", name)["question_id"]) & set(test_ids)
+        exported = (tmp_path / f"assets/annotations/{name}.jsonl").read_text()
+        assert held["question"][0] not in exported
 
 
 def test_chain_runs_when_the_logs_hold_no_clarification(tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """Public clarification datasets (params.yaml evaluation.external) -> the benchmark's dialogue/turn schema.
 
-The formats live in io/formats/ (clamber, clariq, and the generic dialogue format); every method and
+The formats live in io/formats/ (clamber, clariq, in3, and the generic dialogue format); every method and
 metric runs unchanged on their turns. Malformed records go to the quarantine; a file that cannot be used
 at all raises InputFileError naming the file and the params key.
 """
@@ -13,11 +13,12 @@ from dagster_project.core.shared.taxonomy import PERSONAS
 from dagster_project.io.formats.clamber import read_clamber
 from dagster_project.io.formats.clariq import read_clariq
 from dagster_project.io.formats.dialogues import TURN_SCHEMA, ImportResult, read_generic
+from dagster_project.io.formats.in3 import read_in3
 from dagster_project.io.records import MAX_FIELD_CHARS, InputFileError
 
 __all__ = ["FORMATS", "TURN_SCHEMA", "ImportResult", "import_dataset"]
 
-FORMATS = ("clamber", "clariq", "generic")
+FORMATS = ("clamber", "clariq", "in3", "generic")
 PERSONA_ALIASES = {k: p.key for p in PERSONAS for k in (p.key, p.name.lower(), p.name.lower().replace("-", "_"))}
 
 
@@ -36,6 +37,8 @@ def import_dataset(dataset: str, fmt: str, path: str | Path, limit: int | None =
             return read_clamber(path, dataset, limit, max_field_chars)
         if fmt == "clariq":
             return read_clariq(path, dataset, limit, clariq_clarify_from, max_field_chars)
+        if fmt == "in3":
+            return read_in3(path, dataset, limit, max_field_chars)
         return read_generic(path, dataset, limit, PERSONA_ALIASES, max_field_chars)
     except InputFileError as err:
         raise err.with_key(f"{key}.path") from None

@@ -16,6 +16,7 @@ import polars as pl
 from pydantic import ConfigDict, WithJsonSchema
 
 from dagster_project.config import AnnotationsConfig
+from dagster_project.core.clarilm.split import train_only
 from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Reply, Status, text_field
 
 PAIR_TYPES = ("clarify_over_answer", "answer_over_clarify", "better_question")
@@ -64,7 +65,7 @@ def candidate_sets(questions: pl.DataFrame, facets: pl.DataFrame, max_candidates
     grouped = kept.sort("question_id", "_o", "facet_id").group_by("question_id", maintain_order=True).agg(
         candidates=pl.struct("facet_id", "facet", "clarifying_question", "origin").head(max_candidates),
         n_available=pl.len())
-    return questions.select("question_id", "question", "question_source", "log_answer").join(
+    return questions.select("question_id", "question", "question_source", "log_answer", "split").join(
         grouped, on="question_id", how="left").with_columns(
         candidates=pl.col("candidates").fill_null(pl.lit([], pl.List(CANDIDATE))),
         n_available=pl.col("n_available").fill_null(0).cast(pl.Int64)).sort("question_id")
@@ -173,7 +174,8 @@ def preference_pairs(cotap: pl.DataFrame, max_question_pairs: int) -> pl.DataFra
     """
     rows = []
     for r in cotap.filter(pl.col("status") == Status.OK).iter_rows(named=True):
-        base = {"question_id": r["question_id"], "question": r["question"], "question_source": r["question_source"]}
+        base = {"question_id": r["question_id"], "question": r["question"], "question_source": r["question_source"],
+                "split": r["split"]}
         others = [c for c in r["candidates"] if c["facet_id"] != r["chosen_facet_id"]]
 
         def add(kind: str, chosen: tuple, rejected: tuple, k: int) -> None:
@@ -196,7 +198,7 @@ def preference_pairs(cotap: pl.DataFrame, max_question_pairs: int) -> pl.DataFra
             for k, c in enumerate(others[:max(1, max_question_pairs)]):
                 add("answer_over_clarify", answer, ("clarify", c["clarifying_question"], c["origin"], c["facet_id"]), k)
     schema = {"pair_id": pl.Utf8, "question_id": pl.Utf8, "question": pl.Utf8, "question_source": pl.Utf8,
-              "type": pl.Utf8, "chosen": pl.Utf8, "rejected": pl.Utf8, "chosen_kind": pl.Utf8,
+              "split": pl.Utf8, "type": pl.Utf8, "chosen": pl.Utf8, "rejected": pl.Utf8, "chosen_kind": pl.Utf8,
               "rejected_kind": pl.Utf8, "chosen_origin": pl.Utf8, "rejected_origin": pl.Utf8,
               "chosen_facet_id": pl.Utf8, "rejected_facet_id": pl.Utf8}
     return pl.DataFrame(rows, schema=schema)
@@ -212,9 +214,9 @@ def _msgs(*pairs: tuple[str, str]) -> list[dict[str, str]]:
 
 
 def sft_rows(cotap: pl.DataFrame, system_prompt: str | None) -> pl.DataFrame:
-    """(q, r+) as {"messages": [system, user, assistant]} (TRL SFTTrainer's conversational format)."""
+    """(q, r+) as {"messages": [system, user, assistant]} (TRL SFTTrainer's conversational format); train split only."""
     rows = []
-    for r in cotap.filter(pl.col("status") == Status.OK).iter_rows(named=True):
+    for r in train_only(cotap).filter(pl.col("status") == Status.OK).iter_rows(named=True):
         text = r["chosen_question"] if r["decision"] == "ask" else r["answer"]
         if not text:
             continue
@@ -229,14 +231,33 @@ def sft_rows(cotap: pl.DataFrame, system_prompt: str | None) -> pl.DataFrame:
 
 
 def dpo_rows(pairs: pl.DataFrame, system_prompt: str | None) -> pl.DataFrame:
-    """(q, r+, r-) as TRL's conversational preference format: prompt / chosen / rejected message lists."""
+    """(q, r+, r-) as TRL's conversational preference format: prompt / chosen / rejected message lists; train
+    split only."""
     rows = [{"id": p["pair_id"], "question_id": p["question_id"], "type": p["type"],
              "prompt": _msgs(("system", system_prompt or ""), ("user", p["question"])),
              "chosen": _msgs(("assistant", p["chosen"])), "rejected": _msgs(("assistant", p["rejected"]))}
-            for p in pairs.iter_rows(named=True)]
+            for p in train_only(pairs).iter_rows(named=True)]
     return pl.DataFrame(rows, schema={"id": pl.Utf8, "question_id": pl.Utf8, "type": pl.Utf8,
                                       "prompt": pl.List(MESSAGE), "chosen": pl.List(MESSAGE),
                                       "rejected": pl.List(MESSAGE)})
+
+
+def held_out_rows(cotap: pl.DataFrame, system_prompt: str | None) -> pl.DataFrame:
+    """The held-out test split with CoTAP's pick as reference: reference_action clarify / answer, the reference
+    question, and the prompt in the SFT template (so a trained model is asked as it learned). Rows whose
+    annotation failed stay, with their status and a null reference."""
+    test = cotap.filter(pl.col("split") == "test")
+    ok = pl.col("status") == Status.OK
+    return test.select(
+        "question_id", "question", "question_source", "split",
+        pl.when(ok).then(pl.when(pl.col("decision") == "ask").then(pl.lit("clarify")).otherwise(pl.lit("answer")))
+        .alias("reference_action"),
+        pl.when(ok & (pl.col("decision") == "ask")).then(pl.col("chosen_question")).alias("reference_question"),
+        pl.when(ok & (pl.col("decision") == "answer")).then(pl.col("answer")).alias("reference_answer"),
+        pl.Series("messages", [_msgs(("system", system_prompt or ""), ("user", q)) for q in test["question"]],
+                  dtype=pl.List(MESSAGE)),
+        "status",
+    )
 
 
 TRL_SFT_COLUMNS = ("messages",)

@@ -1,15 +1,18 @@
 """ClariLM §3.2.1 (FM-LOG data), step 2: the extractor judges each prefilter candidate and extracts the
-(q_i, c, q_{i+1}, f) tuple; the prompt file holds the 3 positive and 4 negative demonstrations."""
+(q_i, c, q_{i+1}, f) tuple. One prompt per source (logs.SOURCES), each with 3 positive and 4 negative
+demonstrations: user_refinement (the paper's: the LLM writes c and f from two consecutive user questions)
+and assistant_asked (c is the logged assistant question, and is checked against the logged turn)."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 import polars as pl
 from pydantic import BeforeValidator, ConfigDict
 
 from dagster_project.config import LogsConfig
-from dagster_project.llm.task import Chat, LLMTask, Reply, Status, text_field
+from dagster_project.llm.task import Chat, LLMTask, Reply, Status, ask_all, text_field
 
 
 def _flag(value: Any) -> Any:
@@ -42,19 +45,35 @@ class Extraction(Reply):
 
 EXTRACT = LLMTask("clarilm_extract_clarification", role="extractor", reply=Extraction,
                   sampling={"max_tokens": 256})
+EXTRACT_REFINEMENT = LLMTask("clarilm_extract_refinement", role="extractor", reply=Extraction,
+                             sampling={"max_tokens": 256})
+TASKS = {"assistant_asked": EXTRACT, "user_refinement": EXTRACT_REFINEMENT}
 
 EXTRACTION_COLUMNS = {
     "candidate_id": pl.Utf8, "conversation_id": pl.Utf8, "turn_index": pl.Int64,
     "is_clarification": pl.Boolean, "q_i": pl.Utf8, "c": pl.Utf8, "q_next": pl.Utf8, "facet": pl.Utf8,
-    "filled_from_log": pl.List(pl.Utf8), "kept": pl.Boolean, "reject_reason": pl.Utf8,
+    "filled_from_log": pl.List(pl.Utf8), "c_in_log": pl.Boolean, "kept": pl.Boolean, "reject_reason": pl.Utf8,
     "status": pl.Utf8, "error": pl.Utf8, "raw_output": pl.Utf8, "model": pl.Utf8, "prompt_version": pl.Utf8,
-    "source": pl.Utf8, "log_date": pl.Date,
+    "source": pl.Utf8, "log_file": pl.Utf8, "log_date": pl.Date,
 }
-BASE = ("candidate_id", "conversation_id", "turn_index", "source", "log_date")
+BASE = ("candidate_id", "conversation_id", "turn_index", "source", "log_file", "log_date")
+NOT_IN_LOG = "question_not_in_log"
 
 
 def _clip(text: str, limit: int = 1200) -> str:
-    return text if len(text) <= limit else text[:limit] + " ..."
+    """Head and tail of a long text (a clarifying question often closes a long assistant turn)."""
+    return text if len(text) <= limit else text[:limit // 2] + " ... " + text[-limit // 2:]
+
+
+def _words(text: str) -> str:
+    """Lower-case words only, so quoting, punctuation and spacing do not decide whether a text was logged."""
+    return " ".join(re.findall(r"[^\W_]+", text.lower()))
+
+
+def in_log(question: str, logged_turn: str) -> bool:
+    """The question (as words) appears in the logged assistant turn."""
+    words = _words(question)
+    return bool(words) and f" {words} " in f" {_words(logged_turn)} "
 
 
 def tuple_fields(candidate: dict[str, Any], status: Status, value: Extraction | None,
@@ -64,19 +83,25 @@ def tuple_fields(candidate: dict[str, Any], status: Status, value: Extraction | 
     - no usable reply -> its status (parse_error / llm_error) is the reject_reason
     - is_clarification false -> ok, not kept (reject_reason not_clarification)
     - is_clarification true but no facet -> parse_error (a tuple without f is unusable)
-    - true with empty q_i / c / q_{i+1} -> ok; the logged text fills the gap (listed in filled_from_log)
+    - assistant_asked: an empty q_i / c / q_{i+1} is filled from the log (listed in filled_from_log); a c that
+      does not appear in the logged assistant turn is an invented question: parse_error, question_not_in_log
+    - user_refinement: c is the LLM's own question (nothing logged to check); without one -> parse_error
     """
     out: dict[str, Any] = {"is_clarification": None, "q_i": None, "c": None, "q_next": None, "facet": None,
-                           "filled_from_log": [], "kept": False, "reject_reason": None, "status": status.value,
-                           "error": error}
+                           "filled_from_log": [], "c_in_log": None, "kept": False, "reject_reason": None,
+                           "status": status.value, "error": error}
     if value is None:
         return out | {"reject_reason": status.value}
     out["is_clarification"] = value.is_clarification
     if not value.is_clarification:
         return out | {"reject_reason": "not_clarification"}
+    bad = Status.PARSE_ERROR.value
     if not value.facet:
-        return out | {"status": Status.PARSE_ERROR.value, "error": "partial: is_clarification true but no facet",
-                      "reject_reason": Status.PARSE_ERROR.value}
+        return out | {"status": bad, "error": "partial: is_clarification true but no facet", "reject_reason": bad}
+    refinement = candidate.get("source") == "user_refinement"
+    if refinement and not value.clarifying_question:
+        return out | {"status": bad, "error": "partial: is_clarification true but no clarifying question",
+                      "reject_reason": bad}
     filled = []
     texts = {}
     for name, col, logged in (("query", "q_i", "query"), ("clarifying_question", "c", "clarifying_question"),
@@ -84,23 +109,32 @@ def tuple_fields(candidate: dict[str, Any], status: Status, value: Extraction | 
         texts[col] = getattr(value, name) or candidate[logged]
         if not getattr(value, name):
             filled.append(col)
+    if not refinement:
+        out["c_in_log"] = "c" in filled or in_log(value.clarifying_question, candidate["clarifying_question"])
+        if not out["c_in_log"]:
+            return out | texts | {"status": bad, "reject_reason": NOT_IN_LOG, "filled_from_log": filled,
+                                  "error": "the clarifying question is not in the logged assistant turn"}
     return out | texts | {"facet": value.facet, "filled_from_log": filled, "kept": True}
 
 
 def parse_extraction(candidate: dict[str, Any], raw: str | None) -> dict[str, Any]:
     """One reply text -> tuple fields and status. Never raises."""
-    parsed = EXTRACT.parse(raw, candidate)
+    parsed = TASKS[candidate.get("source") or "assistant_asked"].parse(raw, candidate)
     return tuple_fields(candidate, parsed.status, parsed.value, parsed.error)
 
 
+def _values(r: dict[str, Any]) -> dict[str, str]:
+    if r["source"] == "user_refinement":
+        return {"query": _clip(r["query"]), "reply": _clip(r["reply"])}
+    return {"query": _clip(r["query"]), "assistant_turn": _clip(r["clarifying_question"]), "reply": _clip(r["reply"])}
+
+
 def extract(chat: Chat, candidates: pl.DataFrame, temperature: float = 0.0) -> pl.DataFrame:
-    """One extractor request per candidate (in order) -> one row each, with provenance."""
-    out = EXTRACT.run(chat, candidates.to_dicts(),
-                      lambda r: {"query": _clip(r["query"]), "assistant_turn": _clip(r["clarifying_question"]),
-                                 "reply": _clip(r["reply"])},
-                      lambda _: {"temperature": temperature})
+    """One extractor request per candidate with its source's prompt (one batch, in order) -> one row each."""
+    items = candidates.to_dicts()
+    asks = [TASKS[r["source"]].ask(r, _values(r), temperature=temperature) for r in items]
     rows = [{k: o.item[k] for k in BASE} | o.provenance() | tuple_fields(o.item, o.status, o.value, o.error)
-            for o in out]
+            for a in ask_all(chat, "extractor", asks) for o in a.outcomes]
     return pl.DataFrame(rows, schema=EXTRACTION_COLUMNS)
 
 
@@ -112,9 +146,9 @@ def skipped_extractions(candidates: pl.DataFrame, limit: int) -> pl.DataFrame:
 
 
 def extract_day(chat: Chat, candidates: pl.DataFrame, cfg: LogsConfig) -> pl.DataFrame:
-    """The kept candidates of one day, in candidate_id order, up to logs.max_extractions; the rest are
-    'skipped' rows."""
-    cands = candidates.filter(pl.col("kept")).sort("candidate_id")
+    """The kept candidates of one day (of the sources in logs.sources), in candidate_id order, up to
+    logs.max_extractions; the rest are 'skipped' rows."""
+    cands = candidates.filter(pl.col("kept") & pl.col("source").is_in(list(cfg.sources))).sort("candidate_id")
     limit = cfg.max_extractions
     todo, skipped = (cands.head(limit), cands.slice(limit)) if limit else (cands, cands.clear())
     out = extract(chat, todo, cfg.extraction_temperature)

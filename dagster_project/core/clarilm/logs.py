@@ -213,37 +213,53 @@ def ledger(stats: ReadStats, day: date, turns: pl.DataFrame, rejected: pl.DataFr
 
 # --------------------------------------------------------------------------- prefilter (no LLM)
 
+# FM-LOG mines two signals, recorded per row as `source`:
+#  - user_refinement (the paper's, §3.2.1): two consecutive user questions of a session, where the later
+#    one may refine the earlier; the LLM writes the clarifying question c and the facet f itself.
+#  - assistant_asked (this project's second source): the logged assistant turn asked the user something and
+#    the user answered; c is the logged question.
+SOURCES = ("user_refinement", "assistant_asked")
+
 # A question addressed to the user: a sentence with "you/your" that ends in "?", or one that asks "which/what
 # kind of ..." (the usual shapes of a clarifying question).
 ADDRESSED_RE = r"(?i)(\b(you|your|you're|you'd|yours)\b[^.!?\n]*\?)|(\b(which|what kind of|what type of)\b[^.!?\n]*\?)"
-PREFILTER_REASONS = ("no_preceding_user_turn", "no_user_reply", "too_long", "no_question", "not_addressed_to_user")
+PREFILTER_REASONS = ("no_preceding_user_turn", "no_user_reply", "too_long", "no_question", "not_addressed_to_user",
+                     "repeated_question")
+CANDIDATE_COLUMNS = ("candidate_id", "conversation_id", "turn_index", "source", "kept", "reject_reason", "query",
+                     "clarifying_question", "reply", "asks_user", "log_file", "source_format", "language", "log_date")
 
 
-def asks_user(text: pl.Expr, max_chars: int = 300) -> pl.Expr:
-    """A short assistant turn with a question addressed to the user (the prefilter's text rules)."""
-    return (text.str.len_chars() <= max_chars) & text.str.contains("?", literal=True) & text.str.contains(ADDRESSED_RE)
+def asks_user(text: pl.Expr, max_chars: int | None = 300) -> pl.Expr:
+    """An assistant turn with a question addressed to the user, at most max_chars long (None: any length)."""
+    short = pl.lit(True) if max_chars is None else text.str.len_chars() <= max_chars
+    return short & text.str.contains("?", literal=True) & text.str.contains(ADDRESSED_RE)
 
 
-def prefilter(turns: pl.LazyFrame | pl.DataFrame, max_chars: int = 300) -> pl.LazyFrame:
-    """One row per assistant turn, `kept` when it looks like a clarifying question (ClariLM FM-LOG step 1).
+def _lazy(turns: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
+    return turns.lazy() if isinstance(turns, pl.DataFrame) else turns
+
+
+def assistant_asked(turns: pl.LazyFrame | pl.DataFrame, max_chars: int | None = 300) -> pl.LazyFrame:
+    """One row per assistant turn, `kept` when it looks like a clarifying question (source assistant_asked).
 
     Kept: the previous turn is the user's query (q_i), the next turn is a user reply (q_{i+1}), the
-    assistant turn is at most `max_chars` long, contains a question mark and addresses the user.
-    `reject_reason` names the first rule that failed (in PREFILTER_REASONS order). Texts are kept only
-    for kept rows; the rest join back to raw_logs on (conversation_id, turn_index).
-    Lazy polars expressions: runs streaming over millions of turns.
+    assistant turn is at most `max_chars` long (None: no limit), contains a question mark and addresses the
+    user. `reject_reason` names the first rule that failed (in PREFILTER_REASONS order); `asks_user` says
+    whether the turn asks the user something whatever its length (what the length limit drops is
+    `too_long & asks_user`). Texts are kept only for kept rows; the rest join back to raw_logs on
+    (conversation_id, turn_index).
     """
-    lf = turns.lazy() if isinstance(turns, pl.DataFrame) else turns
     conv = "conversation_id"
-    lf = lf.sort(conv, "turn_index").with_columns(
+    lf = _lazy(turns).sort(conv, "turn_index").with_columns(
         prev_role=pl.col("role").shift(1).over(conv), prev_text=pl.col("text").shift(1).over(conv),
         next_role=pl.col("role").shift(-1).over(conv), next_text=pl.col("text").shift(-1).over(conv),
     ).filter(pl.col("role") == "assistant")
     text = pl.col("text")
+    too_long = pl.lit(False) if max_chars is None else text.str.len_chars() > max_chars
     reason = (
         pl.when(pl.col("prev_role").fill_null("") != "user").then(pl.lit("no_preceding_user_turn"))
         .when(pl.col("next_role").fill_null("") != "user").then(pl.lit("no_user_reply"))
-        .when(text.str.len_chars() > max_chars).then(pl.lit("too_long"))
+        .when(too_long).then(pl.lit("too_long"))
         .when(~text.str.contains("?", literal=True)).then(pl.lit("no_question"))
         .when(~text.str.contains(ADDRESSED_RE)).then(pl.lit("not_addressed_to_user"))
         .otherwise(pl.lit(None, pl.Utf8))
@@ -251,14 +267,64 @@ def prefilter(turns: pl.LazyFrame | pl.DataFrame, max_chars: int = 300) -> pl.La
     kept = pl.col("reject_reason").is_null()
     return lf.with_columns(reject_reason=reason).with_columns(kept=kept).select(
         pl.format("{}:{}", pl.col(conv), pl.col("turn_index")).alias("candidate_id"),
-        conv, "turn_index", "kept", "reject_reason",
+        conv, "turn_index", pl.lit("assistant_asked").alias("source"), "kept", "reject_reason",
         pl.when(kept).then(pl.col("prev_text")).alias("query"),
         pl.when(kept).then(text).alias("clarifying_question"),
         pl.when(kept).then(pl.col("next_text")).alias("reply"),
-        "source", "source_format", "language", "log_date",
+        asks_user(text, None).alias("asks_user"),
+        pl.col("source").alias("log_file"), "source_format", "language", "log_date",
     )
 
 
+def _norm(text: pl.Expr) -> pl.Expr:
+    return text.str.to_lowercase().str.replace_all(r"[^\p{L}\p{N}]+", " ").str.strip_chars()
+
+
+def user_refinements(turns: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
+    """One row per pair of consecutive user questions (q_i, q_{i+1}) of a session (source user_refinement).
+
+    Every pair goes to the LLM, which decides whether q_{i+1} refines q_i (ClariLM §3.2.1), except a
+    repeat of the same question (a re-send: `repeated_question`). `turn_index` is q_{i+1}'s turn;
+    `clarifying_question` holds the logged assistant turn between the two when there is one (for reference:
+    the LLM writes c itself).
+    """
+    conv = "conversation_id"
+    lf = _lazy(turns).sort(conv, "turn_index").with_columns(
+        between=pl.when(pl.col("role").shift(-1).over(conv) == "assistant").then(pl.col("text").shift(-1).over(conv)))
+    users = lf.filter(pl.col("role") == "user").with_columns(
+        next_text=pl.col("text").shift(-1).over(conv), next_turn=pl.col("turn_index").shift(-1).over(conv),
+    ).filter(pl.col("next_turn").is_not_null())
+    reason = pl.when(_norm(pl.col("text")) == _norm(pl.col("next_text"))).then(pl.lit("repeated_question")) \
+        .otherwise(pl.lit(None, pl.Utf8))
+    kept = pl.col("reject_reason").is_null()
+    return users.with_columns(reject_reason=reason).with_columns(kept=kept).select(
+        pl.format("{}:{}>{}", pl.col(conv), pl.col("turn_index"), pl.col("next_turn")).alias("candidate_id"),
+        conv, pl.col("next_turn").alias("turn_index"), pl.lit("user_refinement").alias("source"), "kept",
+        "reject_reason", pl.when(kept).then(pl.col("text")).alias("query"),
+        pl.when(kept).then(pl.col("between")).alias("clarifying_question"),
+        pl.when(kept).then(pl.col("next_text")).alias("reply"), pl.lit(None, pl.Boolean).alias("asks_user"),
+        pl.col("source").alias("log_file"), "source_format", "language", "log_date",
+    )
+
+
+def prefilter(turns: pl.LazyFrame | pl.DataFrame, max_chars: int | None = 300,
+              sources: tuple[str, ...] | list[str] = SOURCES) -> pl.LazyFrame:
+    """FM-LOG step 1, the candidates of every source in `sources` (see SOURCES), one table with `source`.
+
+    Lazy polars expressions: runs streaming over millions of turns.
+    """
+    parts = [user_refinements(turns) if s == "user_refinement" else assistant_asked(turns, max_chars)
+             for s in SOURCES if s in sources]
+    return pl.concat(parts, how="vertical") if parts else assistant_asked(turns, max_chars).clear()
+
+
 def pass_rate(candidates: pl.DataFrame) -> float:
-    """Share of assistant turns the prefilter keeps."""
+    """Share of candidates the prefilter keeps."""
     return float(candidates["kept"].mean()) if candidates.height else 0.0
+
+
+def dropped_by_length(candidates: pl.DataFrame) -> int:
+    """Assistant turns that ask the user something but were rejected only for being over the length limit."""
+    if not candidates.height:
+        return 0
+    return int(((candidates["reject_reason"] == "too_long") & candidates["asks_user"].fill_null(False)).sum())

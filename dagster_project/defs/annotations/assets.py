@@ -1,4 +1,5 @@
-"""Group `annotations` (ClariLM §3.3.3-3.3.5, OFS): CoTAP, preference pairs, SFT / DPO exports for TRL.
+"""Group `annotations` (ClariLM §3.3.3-3.3.5, OFS): CoTAP, preference pairs, SFT / DPO exports for TRL, and
+the held-out test split (§4.2 "Our-test"), which is never exported for training.
 
 sft_dataset and dpo_dataset are stored as Parquet (with ids and provenance) like every asset, and also as
 assets/annotations/{sft,dpo}_dataset.jsonl holding only the columns TRL reads:
@@ -15,6 +16,7 @@ from dagster_project.core.clarilm.annotations import (
     TRL_DPO_COLUMNS,
     TRL_SFT_COLUMNS,
     dpo_rows,
+    held_out_rows,
     sft_rows,
     trl_export,
 )
@@ -89,4 +91,15 @@ def dpo_dataset(context: dg.AssetExecutionContext, params: dg.ResourceParam[Para
     if cfg.export_jsonl:
         meta["jsonl"] = _write_jsonl(trl_export(out, TRL_DPO_COLUMNS), "dpo_dataset")
     context.add_output_metadata(meta)
+    return out
+
+
+@asset(ins=upstream("annotations/cotap_annotations"))
+def held_out_set(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+             cotap_annotations: pl.DataFrame) -> pl.DataFrame:
+    """The held-out test questions (question_set split = test) with CoTAP's pick as reference action / question."""
+    out = held_out_rows(cotap_annotations, params.annotations.system_prompt).with_columns(
+        source=pl.lit("annotations.cotap_annotations"))
+    context.add_output_metadata({"questions": out.height, **value_counts(out, "reference_action", "reference_"),
+                                 **value_counts(out, "status", "status_")})
     return out

@@ -1,4 +1,5 @@
-"""Group `logs` (ClariLM §3.2.1): chat logs -> one row per turn, the clarification prefilter, LLM extraction.
+"""Group `logs` (ClariLM §3.2.1): chat logs -> one row per turn, FM-LOG candidates of two sources
+(user refinements, as the paper; assistant questions), LLM extraction of (q_i, c, q_{i+1}, f).
 
 Every asset of the group is partitioned by day (the turn's `log_date`: the record's timestamp, else
 logs.default_log_date or the file's mtime). A partition streams every file in logs.paths and keeps only
@@ -15,10 +16,12 @@ import dagster as dg
 import polars as pl
 
 from dagster_project.config import LogsConfig, Params
-from dagster_project.core.clarilm.extraction import extract_day
+from dagster_project.core.clarilm.extraction import NOT_IN_LOG, extract_day
 from dagster_project.core.clarilm.logs import (
     PREFILTER_REASONS,
+    SOURCES,
     days_to_ingest,
+    dropped_by_length,
     ledger,
     load_logs,
     pass_rate,
@@ -80,14 +83,18 @@ def build(params: Params) -> dg.Definitions:
     @asset(partitions_def=partitions, ins=upstream("logs/raw_logs"))
     def log_candidates(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                        raw_logs: pl.DataFrame) -> pl.DataFrame:
-        """Every assistant turn; `kept` when it asks the user something short and is followed by a user reply."""
+        """FM-LOG candidates of each source in logs.sources: every pair of consecutive user questions
+        (user_refinement) and every assistant turn, kept when it asks the user something (assistant_asked)."""
+        cfg = params.logs
         t0 = time.monotonic()
-        out = prefilter(raw_logs, params.logs.prefilter_max_chars).collect()
+        out = prefilter(raw_logs, cfg.prefilter_max_chars, cfg.sources).collect()
         secs = time.monotonic() - t0
         reasons = dict(out.group_by("reject_reason").len().drop_nulls().iter_rows())
+        kept = out.filter(pl.col("kept"))
         context.add_output_metadata({
-            "assistant_turns": out.height, "candidates": int(out["kept"].sum()),
-            "pass_rate": round(pass_rate(out), 4), "prefilter_s": round(secs, 3),
+            "rows": out.height, "candidates": kept.height, "pass_rate": round(pass_rate(out), 4),
+            **{f"candidates_{s}": int((kept["source"] == s).sum()) for s in SOURCES},
+            "dropped_by_length": dropped_by_length(out), "prefilter_s": round(secs, 3),
             "turns_per_s": round(raw_logs.height / max(secs, 1e-9)),
             **{f"rejected_{r}": int(reasons.get(r, 0)) for r in PREFILTER_REASONS},
         })
@@ -96,14 +103,17 @@ def build(params: Params) -> dg.Definitions:
     @asset(partitions_def=partitions, ins=upstream("logs/log_candidates"))
     def log_clarifications(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                            llm: dg.ResourceParam[LLMResource], log_candidates: pl.DataFrame) -> pl.DataFrame:
-        """(q_i, c, q_{i+1}, f) tuples: the extractor judges each kept candidate with few-shot demonstrations
-        (logs.max_extractions caps the calls per day)."""
+        """(q_i, c, q_{i+1}, f) tuples: the extractor judges each kept candidate with its source's few-shot
+        demonstrations; a logged question the model did not copy from the log is marked (question_not_in_log).
+        logs.max_extractions caps the calls per day."""
         chat = llm.session(context)
         out = extract_day(chat, log_candidates, params.logs)
+        tuples = out.filter(pl.col("kept"))
         context.add_output_metadata({
-            **chat.usage(), "candidates": int(log_candidates["kept"].sum()), "tuples": int(out["kept"].sum()),
+            **chat.usage(), "candidates": out.height, "tuples": tuples.height,
+            **{f"tuples_{s}": int((tuples["source"] == s).sum()) for s in SOURCES},
             **dict(sorted(status_counts(out).items())),
-            "not_clarification": int((out["reject_reason"] == "not_clarification").sum()),
+            **{r: int((out["reject_reason"] == r).sum()) for r in ("not_clarification", NOT_IN_LOG)},
         })
         return out
 

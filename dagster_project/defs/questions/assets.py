@@ -10,6 +10,7 @@ from dagster_project.core.clarilm.question_generation import (
 )
 from dagster_project.core.clarilm.questions import seed_questions_ql as build_ql
 from dagster_project.core.clarilm.questions import select_questions
+from dagster_project.core.clarilm.split import assign_split
 from dagster_project.lib.assets import group_asset, upstream, value_counts
 from dagster_project.lib.resources import EmbedderResource, LLMResource
 
@@ -56,8 +57,11 @@ def seed_questions_qg(context: dg.AssetExecutionContext, params: dg.ResourcePara
 @asset(ins=upstream("questions/seed_questions_ql", "questions/seed_questions_qg"))
 def question_set(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                  seed_questions_ql: pl.DataFrame, seed_questions_qg: pl.DataFrame) -> pl.DataFrame:
-    """Q = (Q^L, Q^G): every kept question; `selected` marks those sent on to CFD/OFS (questions.max_selected)."""
-    out = select_questions(seed_questions_ql, seed_questions_qg, params.questions.max_selected)
+    """Q = (Q^L, Q^G): every kept question; `selected` marks those sent on to CFD/OFS (questions.max_selected),
+    `split` their seeded, query-disjoint train / test split (questions.test_fraction, questions.seed)."""
+    cfg = params.questions
+    out = assign_split(select_questions(seed_questions_ql, seed_questions_qg, cfg.max_selected),
+                       cfg.test_fraction, cfg.seed)
     context.add_output_metadata({"questions": out.height, "selected": int(out["selected"].sum()),
-                                 **value_counts(out, "question_source", "from_")})
+                                 **value_counts(out, "question_source", "from_"), **value_counts(out, "split", "split_")})
     return out

@@ -2,6 +2,10 @@
 ``clarifying_question``, ``category``, ``subclass``. One single-turn dialogue per record; the reference
 action is clarify when require_clarification is 1. Lines that hold a JSON *string* which itself contains
 the object (as in some published copies) are accepted. A repeated id is quarantined (the first one is kept).
+
+``category`` (CLAMBER's top-level ambiguity class: MC / FD / LA) goes to the turn's `category` column and
+``subclass`` to `subtype`; an unambiguous row (require_clarification 0, or subclass "none") has a null subtype,
+never the string "none".
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ from dagster_project.io.formats.dialogues import ImportResult, TurnSink, read, t
 from dagster_project.io.records import MAX_FIELD_CHARS
 
 REQUIRED = ["question", "require_clarification"]
+
+
+NO_SUBCLASS = ("", "none", "null", "n/a")
 
 
 def flag_value(value: Any) -> int | None:
@@ -48,7 +55,9 @@ def read_clamber(path: str | Path, dataset: str, limit: int | None = None,
             sink.rejected.add_record(rec, f"duplicate id {ident!r} (first at record {seen[ident]})", "id")
             continue
         seen[ident] = rec.record
+        subclass = text_value(obj.get("subclass"))
+        subtype = subclass if need == 1 and (subclass or "").lower() not in NO_SUBCLASS else None
         sink.turn(rec.record, f"{dataset}-{ident}", 1, 1, [{"role": "user", "content": user}],
                   "clarify" if need == 1 else "answer", text_value(obj.get("clarifying_question")),
-                  text_value(obj.get("subclass")) or text_value(obj.get("category")), None)
+                  subtype, None, text_value(obj.get("category")))
     return sink.result()

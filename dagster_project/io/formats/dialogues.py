@@ -35,7 +35,8 @@ from dagster_project.io.records import (
 
 MESSAGE_TYPE = pl.List(pl.Struct({"role": pl.Utf8, "content": pl.Utf8}))
 TURN_SCHEMA = {
-    "dataset": pl.Utf8, "dialogue_id": pl.Utf8, "query_id": pl.Utf8, "subtype": pl.Utf8, "persona": pl.Utf8,
+    "dataset": pl.Utf8, "dialogue_id": pl.Utf8, "query_id": pl.Utf8, "subtype": pl.Utf8, "category": pl.Utf8,
+    "persona": pl.Utf8,
     "turn": pl.Int64, "n_turns": pl.Int64, "messages": MESSAGE_TYPE, "user_utterance": pl.Utf8,
     "reference_action": pl.Utf8, "reference_question": pl.Utf8, "status": pl.Utf8, "error": pl.Utf8,
     "source": pl.Utf8, "record": pl.Int64,
@@ -71,11 +72,12 @@ class TurnSink:
 
     def turn(self, record: int, dialogue_id: str, turn: int, n_turns: int, messages: list[dict[str, str]],
              reference_action: str, reference_question: str | None, subtype: str | None,
-             persona: str | None) -> None:
-        """One evaluated turn; the reference question is kept on clarify turns only."""
+             persona: str | None, category: str | None = None) -> None:
+        """One evaluated turn; the reference question is kept on clarify turns only. `category` is a dataset's
+        own top-level label (CLAMBER's MC / FD / LA, IN3's task domain), null where it has none."""
         self.turns.append({
             "dataset": self.dataset, "dialogue_id": dialogue_id, "query_id": dialogue_id, "subtype": subtype,
-            "persona": persona, "turn": turn, "n_turns": n_turns, "messages": messages,
+            "category": category, "persona": persona, "turn": turn, "n_turns": n_turns, "messages": messages,
             "user_utterance": messages[-1]["content"], "reference_action": reference_action,
             "reference_question": reference_question if reference_action == "clarify" else None,
             "status": "ok", "error": None, "source": self.file, "record": record,
