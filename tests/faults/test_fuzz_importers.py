@@ -175,6 +175,10 @@ test_fuzz_chat_logs = fuzz("chat_logs", {
 test_fuzz_external_clamber = fuzz("external_clamber", {
     "id": small_id, "question": text, "require_clarification": st.sampled_from([0, 1, "1", "maybe"]),
     "clarifying_question": text}, ["jsonl", "json"], SUFFIX, _external("clamber"))
+test_fuzz_external_in3 = fuzz("external_in3", {
+    "task": text, "vague": st.sampled_from([True, False, "true", "maybe"]), "category": text,
+    "missing_details": st.lists(st.fixed_dictionaries({"inquiry": text, "importance": st.sampled_from(["1", "3", 2])}),
+                                max_size=2)}, ["jsonl"], SUFFIX, _external("in3"))
 test_fuzz_external_generic = fuzz("external_generic", {
     "dialogue_id": st.sampled_from(["d1", "d2"]), "turn": st.integers(0, 3), "user": text,
     "reference_action": st.sampled_from(["clarify", "answer", "maybe"]), "reference_question": text},
