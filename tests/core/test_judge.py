@@ -10,6 +10,7 @@ from dagster_project.core.clarifymt.judge import (
     asked_expr,
     candidate_turns,
     has_question,
+    judge_scores,
     method_pairs,
     pairwise_judgements,
     pairwise_outcome,
@@ -168,3 +169,22 @@ def test_output_items_cap_per_dataset():
                            pairwise_items=2)
     preds = _outputs().with_columns(pl.col("method").replace({"agent": "clarify_agent"}))
     assert method_pairs(preds, cfg).height == 2
+
+
+def test_a_clarify_reply_that_is_no_question_scores_zero_by_rule_without_a_judge_call():
+    """Issue 14 item 4: "The answer is: ..." labelled clarify is not a clarifying question; the judge never sees it."""
+    rows = [{"dataset": "d", "subject": "s", "method": "m", "dialogue_id": f"q{i}", "turn": 1, "subtype": "lexical",
+             "persona": "precise", "reference_action": "clarify", "reference_question": "Fish or instrument?",
+             "status": "ok", "action": "clarify", "response": text}
+            for i, text in enumerate(["Do you mean the fish?", "The answer is: a fish."])]
+    sent = []
+
+    def chat(role, requests):
+        sent.extend(requests)
+        return [ChatResult(texts=[json.dumps({"score": 5})]) for _ in requests]
+
+    cfg = EvaluationConfig(judge_per_subtype=5)
+    out = judge_scores(chat, pl.DataFrame(rows), _messages(), cfg, "judge-model").sort("dialogue_id")
+    assert out["judged_by"].to_list() == ["judge", "rule"]
+    assert out["score"].to_list() == [5, 0] and out["error"].to_list() == [None, "not a question"]
+    assert len(sent) == 1 and "Do you mean the fish?" in sent[0].messages[-1]["content"]

@@ -19,7 +19,7 @@ import polars as pl
 from pydantic import WithJsonSchema
 
 from dagster_project.config import EvaluationConfig
-from dagster_project.core.clarifymt.agent.method import ask, json_string, transcript
+from dagster_project.core.clarifymt.agent.method import ask, is_question, json_string, transcript
 from dagster_project.core.shared.metrics import token_f1
 from dagster_project.llm.chat import ChatRequest, ChatResult
 from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Reply, Status
@@ -182,7 +182,8 @@ def judge_scores(chat: Chat, predictions: pl.DataFrame, messages: pl.DataFrame, 
             .with_columns(pl.col("sampled").fill_null(False), asked=asked_expr("action", "response"))
             .join(messages, on=TURN_KEY, how="left")
             .sort(*ROW_KEY)).to_dicts()
-    to_judge = [(i, SCORE, pointwise_values(r)) for i, r in enumerate(rows) if r["sampled"] and r["asked"]]
+    to_judge = [(i, SCORE, pointwise_values(r)) for i, r in enumerate(rows)
+                if r["sampled"] and r["asked"] and is_question(r["response"])]
     judged = {a.item: a for a in ask(chat, SCORE.role, to_judge)}
     for i, r in enumerate(rows):
         r.pop("messages")
@@ -190,8 +191,9 @@ def judge_scores(chat: Chat, predictions: pl.DataFrame, messages: pl.DataFrame, 
             o = judged[i].first
             r |= {"judged_by": "judge", "score": o.value.score if o.ok else None, "status": o.status.value,
                   "error": o.error, "raw_output": judged[i].result.text}
-        elif r["sampled"]:  # the reference asks but the method did not: 0 by the rubric
-            r |= {"judged_by": "rule", "score": 0, "status": Status.OK.value, "error": None, "raw_output": None}
+        elif r["sampled"]:  # the reference asks but the method did not, or its "question" is none: 0 by the rubric
+            why = None if not r["asked"] else "not a question"
+            r |= {"judged_by": "rule", "score": 0, "status": Status.OK.value, "error": why, "raw_output": None}
         else:
             r |= {"judged_by": None, "score": None, "status": None, "error": None, "raw_output": None}
         asked = r["asked"]
