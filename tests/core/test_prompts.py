@@ -66,15 +66,14 @@ VALUES = {
     "double_turn_subject_clarify": dict(question="Q?"),
     "double_turn_subject_decide": dict(question="Q?"),
     # intents group (core/intents.py)
-    "intents_edit": dict(catalogue="- CAT: DESC", query="Q-EDIT?", intent="INTENT-X"),
+    "intents_edit": dict(catalogue="- CAT: DESC", query="Q-EDIT?", intent="INTENT-X", examples="GOOD-EX / BAD-EX"),
     "intents_verify": dict(intent_list="- CAT-LIST", query="Q-VERIFY?"),
     "intents_pair": dict(intent_a="INT-A", description_a="DESC-A", example_a="EX-A?", intent_b="INT-B",
                          description_b="DESC-B", example_b="EX-B?"),
     "intents_assistant": dict(catalogue="- CAT: DESC", examples="Example 1: DEMO", query="Q-USER?"),
     "intents_assistant_json": dict(catalogue="- CAT: DESC", examples="Example 1: DEMO", query="Q-USER?"),
     "intents_user": dict(ambiguous_query="AMB?", unambiguous_query="UNAMB.", transcript="user: AMB?"),
-    "intents_judge_info": dict(intent_list="- CAT-LIST", unambiguous_query="UNAMB.", transcript="[user 1] AMB?",
-                               n="7"),
+    "intents_judge_info": dict(intent_list="- CAT-LIST", transcript="[user 1] AMB?", n="7"),  # no true query (Fig. 6)
     "intents_judge_quality": dict(intent_list="- CAT-LIST", transcript="[assistant 1] CQ?",
                                   turn_list="[assistant 1]", n="9"),
     # retrieval group (core/retrieval.py)

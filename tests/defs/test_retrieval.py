@@ -341,6 +341,6 @@ def test_embedded_backend_cannot_emit_an_invalid_or_repeated_id(tmp_path):
         assert json.loads(res.text)["next"] in allowed
     assert "red sofa | leather" not in reqs[0].json_schema["properties"]["next"]["enum"]
     # a whole constrained ranking: every candidate exactly once
-    [ranked] = generative_rerank([GenerativeTask("red sofa", "User: red sofa", cands, ["d1", "d2", "d3"])], 3,
+    [ranked] = generative_rerank([GenerativeTask("red sofa", "User: red sofa", cands, ["d1", "d2", "d3"])],
                                  lambda role, r: client.chat(role, r))
     assert ranked.status == "ok" and ranked.generated == 3 and sorted(ranked.order) == ["d1", "d2", "d3"]

@@ -33,6 +33,7 @@ from dagster_project.lib.assets import group_asset, status_counts, upstream
 from dagster_project.lib.resources import LLMResource
 from dagster_project.lib.warehouse import ASSETS_DIR
 from dagster_project.llm.client import LLMSession
+from dagster_project.llm.identity import cache_identity
 
 GROUP = "double_turn"
 asset = group_asset(GROUP)
@@ -66,7 +67,7 @@ def write_exports(context: dg.AssetExecutionContext, datasets: dict[str, list[di
 
 def simulators_same_model(params: Params) -> bool:
     """True when label_simulator and eval_simulator resolve to the same model (as in the demo)."""
-    return params.llm.role("label_simulator").identity() == params.llm.role("eval_simulator").identity()
+    return cache_identity(params.llm.role("label_simulator")) == cache_identity(params.llm.role("eval_simulator"))
 
 
 def usage(chat: LLMSession, n_queries: int) -> dict[str, Any]:
