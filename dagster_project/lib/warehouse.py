@@ -162,10 +162,10 @@ def register_views(db_path: str | Path, views: dict[str, Path]) -> None:
     with open_writable(db_path) as con:
         for qualified, path in views.items():
             schema, name = qualified.split(".", 1)
-            where = _sql_str(Path(path).resolve().as_posix())
-            source = f"read_parquet({where})"
+            target = Path(path).resolve().as_posix()
+            source = f"read_parquet({_sql_str(target)})"
             if Path(path).is_dir():
-                source = (f"read_parquet({where[:-1]}/**/*.parquet', union_by_name = true, "
+                source = (f"read_parquet({_sql_str(target + '/**/*.parquet')}, union_by_name = true, "
                           "hive_partitioning = true, hive_types_autocast = false)")
             con.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             con.execute(f"CREATE OR REPLACE VIEW \"{schema}\".\"{name}\" AS SELECT * FROM {source}")

@@ -172,7 +172,7 @@ def test_io_manager_rejects_non_polars_and_bad_keys(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- partitioned assets
 
-from dagster_project.lib.warehouse import partition_path, read_asset  # noqa: E402
+from dagster_project.lib.warehouse import partition_path, read_asset
 
 MULTI = dg.MultiPartitionsDefinition({"subject": dg.StaticPartitionsDefinition(["s1", "s2"]),
                                       "method": dg.StaticPartitionsDefinition(["base", "cot"])})
