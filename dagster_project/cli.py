@@ -74,7 +74,9 @@ def _print_result(df, fmt: str, max_columns: int, vertical: bool) -> None:
 
             with pl.Config(tbl_formatting="MARKDOWN", tbl_hide_column_data_types=True, tbl_hide_dataframe_shape=True,
                            tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=10_000, tbl_width_chars=65_535):
-                print(_flat(df.select(shown)))
+                cells = _flat(df.select(shown))  # one line per row: escape the column bar, newlines as <br>
+                print(cells.with_columns(pl.col(pl.String).str.replace_all("|", "\\|", literal=True)
+                                         .str.replace_all(r"\r?\n", "<br>")))
         else:
             _print_frame(df.select(shown))
         if hidden := df.columns[len(shown):]:

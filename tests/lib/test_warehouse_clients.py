@@ -167,6 +167,9 @@ def test_sql_formats(project):
     assert [c.strip() for c in lines[0].strip("|").split("|")] == ["id", "n", "method", "subject"]
     assert set(lines[1]) <= set("|-: ") and all(line.startswith("|") for line in lines)
 
+    out = CliRunner().invoke(app, ["sql", "--format", "markdown", "select 'a|b' as x, 'one\ntwo' as y"])
+    assert out.output.splitlines()[2].split(" | ") == ["| a\\|b", "one<br>two |"], out.output
+
     out = _sql("--format", "table")
     assert out.exit_code == 0 and "method" in out.output and "cot" in out.output
 
