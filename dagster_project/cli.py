@@ -49,22 +49,60 @@ def _flat(df):
                                      dtype=pl.String) for c in nested)
 
 
+SQL_FORMATS = ("table", "csv", "json", "ndjson", "markdown")
+
+
+def _print_result(df, fmt: str, max_columns: int, vertical: bool) -> None:
+    """``df`` in one of SQL_FORMATS; table and markdown show at most ``max_columns`` columns (0: all) unless
+    ``vertical`` prints each row as 'column: value' lines, which suits wide rows."""
+    if fmt == "csv":
+        sys.stdout.write(_flat(df).write_csv())
+    elif fmt == "json":
+        sys.stdout.write(df.write_json() + "\n")
+    elif fmt == "ndjson":
+        sys.stdout.write(df.write_ndjson())
+    elif vertical:
+        width = max((len(c) for c in df.columns), default=0)
+        for i, row in enumerate(df.iter_rows(named=True)):
+            print(f"-- row {i + 1} --")
+            for col, value in row.items():
+                print(f"{col.rjust(width)}: {value}")
+    else:
+        shown = df.columns[:max_columns] if max_columns else df.columns
+        if fmt == "markdown":
+            import polars as pl
+
+            with pl.Config(tbl_formatting="MARKDOWN", tbl_hide_column_data_types=True, tbl_hide_dataframe_shape=True,
+                           tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=10_000, tbl_width_chars=65_535):
+                cells = _flat(df.select(shown))  # one line per row: escape the column bar, newlines as <br>
+                print(cells.with_columns(pl.col(pl.String).str.replace_all("|", "\\|", literal=True)
+                                         .str.replace_all(r"\r?\n", "<br>")))
+        else:
+            _print_frame(df.select(shown))
+        if hidden := df.columns[len(shown):]:
+            print(f"({len(hidden)} more columns not shown: {', '.join(hidden)}; use --vertical or --max-columns 0)")
+
+
 @app.command()
 def sql(query: str, db: str = typer.Option(WAREHOUSE, help="DuckDB file (opened read-only)"),
-        csv: bool = typer.Option(False, help="print CSV instead of a table")) -> None:
+        fmt: str = typer.Option("table", "--format", "-f", help=f"output format: {'|'.join(SQL_FORMATS)}"),
+        max_columns: int = typer.Option(12, help="table/markdown: show at most this many columns (0: all)"),
+        vertical: bool = typer.Option(False, "--vertical", help="table/markdown: one 'column: value' line per cell"),
+        csv: bool = typer.Option(False, "--csv", help="same as --format csv")) -> None:
     """Run one read-only query over the asset views, e.g. select * from benchmark.persona_dialogues.
 
     Only SELECT-type statements; files outside assets/ are unreachable and no extension is loaded."""
+    fmt = "csv" if csv else fmt
+    if fmt not in SQL_FORMATS or max_columns < 0:
+        console.print(f"[red]error:[/red] --format must be one of {', '.join(SQL_FORMATS)} and --max-columns >= 0")
+        raise typer.Exit(2)
     try:
         with connect_readonly(db) as con:
             df = con.sql(query_only(query)).pl()
     except Exception as err:  # noqa: BLE001 - show the DuckDB message, not a traceback
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(1) from None
-    if csv:
-        sys.stdout.write(_flat(df).write_csv())
-    else:
-        _print_frame(df)
+    _print_result(df, fmt, max_columns, vertical)
 
 
 @app.command()

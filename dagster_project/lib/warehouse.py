@@ -1,4 +1,7 @@
-"""Parquet IO manager (atomic writes) + DuckDB views `<group>.<asset>` over the Parquet files."""
+"""Parquet IO manager (atomic writes) + DuckDB views `<group>.<asset>` over the Parquet files.
+
+Multi-dimension partitions are stored hive-style, assets/<group>/<asset>/<dim>=<v>/<dim>=<v>/data.parquet, with the
+partition columns only in the folder names, so pandas, pyarrow, polars and DuckDB read the folder as one dataset."""
 
 from __future__ import annotations
 
@@ -14,6 +17,10 @@ from dagster_project.io.writers import write_parquet_atomic
 
 ASSETS_DIR = "assets"
 WAREHOUSE = "assets/warehouse.duckdb"
+# The warehouse file is written in this DuckDB storage format so 1.x clients (the PyPI CLI 1.5, DBeaver) open it;
+# duckdb 2.0's default (storage version 69) is refused by every 1.x client.
+STORAGE_VERSION = "v1.0.0"
+PARTITION_FILE = "data.parquet"
 
 
 def asset_path(base: str | Path, group: str, name: str) -> Path:
@@ -36,14 +43,61 @@ def partition_dir(base: str | Path, group: str, name: str) -> Path:
 
 
 def partition_path(base: str | Path, group: str, name: str, partition_key: str) -> Path:
-    """assets/<group>/<asset>/<partition>.parquet (multi-partitions: .../<dim>=<v>/<dim>=<v>.parquet)."""
-    return partition_dir(base, group, name) / f"{partition_relpath(partition_key)}.parquet"
+    """assets/<group>/<asset>/<partition>.parquet; multi-partitions hive-style: .../<dim>=<v>/<dim>=<v>/data.parquet."""
+    rel = partition_relpath(partition_key)
+    if getattr(partition_key, "keys_by_dimension", None):
+        return partition_dir(base, group, name) / rel / PARTITION_FILE
+    return partition_dir(base, group, name) / f"{rel}.parquet"
 
 
 def partition_files(base: str | Path, group: str, name: str) -> list[Path]:
     """Every stored partition of an asset (sorted); empty when it is not partitioned or not built."""
     folder = partition_dir(base, group, name)
     return sorted(folder.rglob("*.parquet")) if folder.is_dir() else []
+
+
+def partition_values(folder: Path, file: Path) -> dict[str, str]:
+    """The hive partition columns of ``file`` from its folder names below ``folder`` ({} for daily partitions)."""
+    return dict(part.split("=", 1) for part in file.parent.relative_to(folder).parts if "=" in part)
+
+
+def partition_label(folder: Path, file: Path) -> str:
+    """A stored partition's name: 'method=base/subject=s1' (hive folders) or '2024-05-01' (one file per key)."""
+    rel = file.relative_to(folder)
+    return rel.parent.as_posix() if file.name == PARTITION_FILE and rel.parent.parts else rel.with_suffix("").as_posix()
+
+
+def read_partition(folder: Path, file: Path) -> pl.DataFrame:
+    """One partition file with its partition columns added back from the folder names (as strings, at the end,
+    where pyarrow and DuckDB put them too)."""
+    df = pl.read_parquet(file)
+    values = partition_values(folder, file)
+    return df.with_columns(pl.lit(v, pl.String).alias(k) for k, v in values.items() if k not in df.columns)
+
+
+def strip_partition_columns(df: pl.DataFrame, values: dict[str, str], where: str) -> pl.DataFrame:
+    """``df`` without its partition columns (the folder names hold them); a column that disagrees with its
+    partition's value is an error rather than being lost."""
+    for col, value in values.items():
+        if col in df.columns and (bad := df.filter(pl.col(col).cast(pl.String).ne_missing(value)).height):
+            raise ValueError(f"{where}: column {col!r} has {bad} rows whose value is not the partition's {value!r}")
+    return df.drop([c for c in values if c in df.columns])
+
+
+def migrate_legacy_partitions(folder: Path) -> list[Path]:
+    """Move partitions of the old layout (.../<dim>=<v>/<dim>=<v>.parquet, partition columns inside the file) to
+    .../<dim>=<v>/<dim>=<v>/data.parquet without them, keeping the file's mtime (prune_stale reads it)."""
+    moved = []
+    for old in sorted(folder.rglob("*=*.parquet")) if folder.is_dir() else []:
+        new = old.parent / old.stem / PARTITION_FILE
+        if not new.exists():
+            df = strip_partition_columns(pl.read_parquet(old), partition_values(folder, new), str(old))
+            write_parquet_atomic(df, new)
+            mtime = old.stat().st_mtime
+            os.utime(new, (mtime, mtime))
+            moved.append(new)
+        old.unlink()
+    return moved
 
 
 def read_asset(base: str | Path, group: str, name: str) -> pl.DataFrame | None:
@@ -54,36 +108,83 @@ def read_asset(base: str | Path, group: str, name: str) -> pl.DataFrame | None:
     files = partition_files(base, group, name)
     if not files:
         return None
-    return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+    folder = partition_dir(base, group, name)
+    return pl.concat([read_partition(folder, f) for f in files], how="diagonal_relaxed")
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _is_current_format(version: str) -> bool:
+    return version.split(".")[0] == STORAGE_VERSION.split(".")[0]
+
+
+def drop_newer_format(db_path: str | Path) -> bool:
+    """Delete the warehouse if it is stored in a newer format than STORAGE_VERSION (written by an earlier version
+    of this project; it holds only views, which the caller re-registers). True when it was deleted."""
+    if not Path(db_path).exists():
+        return False
+    with duckdb.connect() as con:
+        con.execute(f"ATTACH {_sql_str(str(db_path))} AS wh (READ_ONLY)")
+        tags = con.execute("select tags from duckdb_databases() where database_name = 'wh'").fetchone()[0]
+    if _is_current_format(tags.get("storage_version", "")):
+        return False
+    for stale in (Path(db_path), Path(f"{db_path}.wal")):
+        stale.unlink(missing_ok=True)
+    return True
+
+
+def open_writable(db_path: str | Path) -> duckdb.DuckDBPyConnection:
+    """The warehouse opened for writing, created in STORAGE_VERSION when it does not exist yet."""
+    Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect()
+    try:
+        con.execute(f"ATTACH {_sql_str(str(db_path))} AS wh (STORAGE_VERSION '{STORAGE_VERSION}')")
+        con.execute("USE wh")
+    except BaseException:
+        con.close()
+        raise
+    return con
 
 
 @retry(retry=retry_if_exception_type(duckdb.IOException), stop=stop_after_delay(60),
        wait=wait_exponential(max=2), reraise=True)
 def register_views(db_path: str | Path, views: dict[str, Path]) -> None:
-    """CREATE OR REPLACE VIEW schema.name over each Parquet path (stored relative: works from the repo root).
+    """CREATE OR REPLACE VIEW schema.name over each Parquet path, stored absolute so any client opens the file
+    from any working directory (after moving the project, `clarify views` records the new paths).
 
-    A folder (a partitioned asset) becomes a view over the union of every Parquet file below it,
-    matched by column name, so `<group>.<asset>` shows all partitions' rows.
+    A folder (a partitioned asset) becomes a view over the union of every Parquet file below it, matched by
+    column name, with the hive folder names as string columns, so `<group>.<asset>` shows all partitions' rows.
     """
-    Path(db_path).parent.mkdir(parents=True, exist_ok=True)
-    with duckdb.connect(str(db_path)) as con:
+    if drop_newer_format(db_path):
+        views = {**_assets_on_disk(Path(db_path).parent), **views}
+    with open_writable(db_path) as con:
         for qualified, path in views.items():
             schema, name = qualified.split(".", 1)
-            rel = os.path.relpath(path, Path.cwd()) if Path(path).is_absolute() else str(path)
-            source = f"read_parquet('{rel}')"
+            target = Path(path).resolve().as_posix()
+            source = f"read_parquet({_sql_str(target)})"
             if Path(path).is_dir():
-                source = f"read_parquet('{rel}/**/*.parquet', union_by_name = true, hive_partitioning = false)"
+                source = (f"read_parquet({_sql_str(target + '/**/*.parquet')}, union_by_name = true, "
+                          "hive_partitioning = true, hive_types_autocast = false)")
             con.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             con.execute(f"CREATE OR REPLACE VIEW \"{schema}\".\"{name}\" AS SELECT * FROM {source}")
+
+
+def _assets_on_disk(base: Path) -> dict[str, Path]:
+    """'<group>.<asset>' -> its Parquet file or partition folder, for every asset stored under ``base``."""
+    found = {f"{p.parent.name}.{p.stem}": p for p in sorted(base.glob("*/*.parquet"))}
+    for folder in sorted(base.glob("*/*/")):
+        if folder.is_dir() and f"{folder.parent.name}.{folder.name}" not in found and any(folder.rglob("*.parquet")):
+            migrate_legacy_partitions(folder)
+            found[f"{folder.parent.name}.{folder.name}"] = folder
+    return found
 
 
 def rebuild_views(base: str | Path = ASSETS_DIR, db_path: str | Path = WAREHOUSE) -> list[str]:
     """Register a view for every assets/<group>/<asset>.parquet on disk (after `dvc checkout`, say),
     and for every partitioned asset folder assets/<group>/<asset>/ holding Parquet files."""
-    found = {f"{p.parent.name}.{p.stem}": p for p in sorted(Path(base).glob("*/*.parquet"))}
-    for folder in sorted(Path(base).glob("*/*/")):
-        if folder.is_dir() and f"{folder.parent.name}.{folder.name}" not in found and any(folder.rglob("*.parquet")):
-            found[f"{folder.parent.name}.{folder.name}"] = folder
+    found = _assets_on_disk(Path(base))
     if found:
         register_views(db_path, found)
     return sorted(found)
@@ -112,7 +213,7 @@ def prune_stale(group: str, since: float, base: str | Path = ASSETS_DIR, db_path
        wait=wait_exponential(max=2), reraise=True)
 def _drop_orphan_views(db_path: str | Path, group: str, base: str | Path) -> None:
     """Drop the views of ``group`` whose Parquet file or partition folder is gone."""
-    with duckdb.connect(str(db_path)) as con:
+    with open_writable(db_path) as con:
         names = [r[0] for r in con.execute("select view_name from duckdb_views() where schema_name = ? "
                                            "and not internal", [group]).fetchall()]
         for name in names:
@@ -180,9 +281,12 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
         self._path(context.asset_key)  # validates the key
         view = ".".join(context.asset_key.path)
         if context.has_asset_partitions:
-            path = partition_path(self.base_dir, *context.asset_key.path,
-                                  self._key(context, context.asset_partition_key))
-            write_parquet_atomic(obj, path)
+            key = self._key(context, context.asset_partition_key)
+            path = partition_path(self.base_dir, *context.asset_key.path, key)
+            folder = partition_dir(self.base_dir, *context.asset_key.path)
+            migrate_legacy_partitions(folder)
+            write_parquet_atomic(strip_partition_columns(obj, partition_values(folder, path),
+                                                         context.asset_key.to_user_string()), path)
             register_views(self.db_path, {view: partition_dir(self.base_dir, *context.asset_key.path)})
             context.add_output_metadata({"rows": obj.height, "path": str(path), "view": view,
                                          "partition": str(context.asset_partition_key)})
@@ -206,7 +310,8 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             if missing:
                 context.log.warning(f"{name}: {len(missing)} of {len(keys)} partitions not materialized, "
                                     f"skipped: {[str(k) for k in missing][:10]}")
-            return pl.concat([pl.read_parquet(p) for p in present], how="diagonal_relaxed")
+            folder = partition_dir(self.base_dir, *context.asset_key.path)
+            return pl.concat([read_partition(folder, p) for p in present], how="diagonal_relaxed")
         path = self._path(context.asset_key)
         if not path.exists():
             raise FileNotFoundError(f"{path} is missing: materialize {name} first")

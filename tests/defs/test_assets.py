@@ -92,7 +92,7 @@ def test_whole_graph_with_scripted_llm(tmp_path, monkeypatch):
     # 4 queries x (2 personas x 2 turns + 4 personas x 3 turns)
     assert d.height == 4 * 16
     p = read_asset(tmp_path / "assets", "evaluation", "predictions")  # all partitions (here: base x smollm2)
-    assert (tmp_path / "assets/evaluation/predictions/method=base/subject=smollm2.parquet").exists()
+    assert (tmp_path / "assets/evaluation/predictions/method=base/subject=smollm2/data.parquet").exists()
     assert p.height == d.height and set(p["status"]) == {"ok"}
     # the scripted subject clarifies on turn 1 and answers later: it misses only turn 2 of 3-turn dialogues
     m = pl.read_parquet(tmp_path / "assets/evaluation/metric_tables.parquet")

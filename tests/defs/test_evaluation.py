@@ -148,7 +148,7 @@ def test_every_method_materializes_its_partition(built):
     assert checks and all(checks.values()), checks
     files = sorted((tmp / "assets/evaluation/predictions").rglob("*.parquet"))
     assert [f.relative_to(tmp / "assets/evaluation/predictions").as_posix() for f in files] == sorted(
-        f"method={m}/subject=smollm2.parquet" for m in METHOD_NAMES)
+        f"method={m}/subject=smollm2/data.parquet" for m in METHOD_NAMES)
     d = pl.read_parquet(tmp / "assets/benchmark/persona_dialogues.parquet")
     p = read_asset(tmp / "assets", "evaluation", "predictions")
     assert p.height == len(METHOD_NAMES) * d.height == 11 * 16
@@ -285,7 +285,8 @@ def test_one_partition_only(tmp_path, monkeypatch):
     results = _build(tmp_path, monkeypatch, partitions=["cot|smollm2"], judge_pairs=[])
     assert all(r.success for r in results)
     files = list((tmp_path / "assets/evaluation/predictions").rglob("*.parquet"))
-    assert [f.parent.name + "/" + f.name for f in files] == ["method=cot/subject=smollm2.parquet"]
+    assert [f.relative_to(tmp_path / "assets/evaluation/predictions").as_posix() for f in files] == [
+        "method=cot/subject=smollm2/data.parquet"]
     m = pl.read_parquet(tmp_path / "assets/evaluation/metric_tables.parquet")
     assert set(m["method"]) == {"cot"}  # tables read the partitions that exist
 

@@ -1,4 +1,4 @@
-"""Parquet + DuckDB warehouse (lib/warehouse.py): atomic writes, relative views, read-only access."""
+"""Parquet + DuckDB warehouse (lib/warehouse.py): atomic writes, absolute-path views, read-only access."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_atomic_write_keeps_the_permissions_of_a_plain_write(tmp_path):
     assert stat.S_IMODE(atomic.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode)
 
 
-def test_register_views_stores_relative_path_and_resolves_from_base(tmp_path, monkeypatch):
+def test_register_views_stores_absolute_path_and_clarify_views_follows_a_move(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     df = pl.DataFrame({"k": ["x", "y"], "v": [1, 2]})
     path = (tmp_path / "assets" / "grp" / "tbl.parquet").resolve()  # absolute on purpose
@@ -83,9 +83,7 @@ def test_register_views_stores_relative_path_and_resolves_from_base(tmp_path, mo
     db = tmp_path / "assets" / "warehouse.duckdb"
     register_views(db, {"grp.tbl": path})
 
-    sql = _view_sql(db, "grp.tbl")
-    assert "'assets/grp/tbl.parquet'" in sql
-    assert str(tmp_path) not in sql
+    assert f"'{path.as_posix()}'" in _view_sql(db, "grp.tbl")
 
     with connect_readonly(db) as con:
         assert con.execute("select sum(v) from grp.tbl").fetchone()[0] == 3
@@ -96,11 +94,12 @@ def test_register_views_stores_relative_path_and_resolves_from_base(tmp_path, mo
     with connect_readonly(db) as con:
         assert con.execute("select sum(v) from grp.tbl").fetchone()[0] == 40
 
-    # the whole folder moves (a clone elsewhere): the view still resolves from the new base
+    # the whole folder moves (a clone elsewhere): `clarify views` records the new paths
     moved = tmp_path / "clone"
     moved.mkdir()
     (tmp_path / "assets").rename(moved / "assets")
     monkeypatch.chdir(moved)
+    rebuild_views()
     with connect_readonly("assets/warehouse.duckdb") as con:
         assert con.execute("select sum(v) from grp.tbl").fetchone()[0] == 40
 
@@ -132,7 +131,8 @@ def test_rebuild_views_finds_every_group_asset_parquet(tmp_path, monkeypatch):
     with connect_readonly("assets/warehouse.duckdb") as con:
         assert con.execute("select sum(n) from benchmark.queries").fetchone()[0] == 3
         assert con.execute("select sum(n) from evaluation.predictions").fetchone()[0] == 5
-    assert "'assets/benchmark/queries.parquet'" in _view_sql("assets/warehouse.duckdb", "benchmark.queries")
+    assert f"'{(tmp_path / 'assets/benchmark/queries.parquet').resolve().as_posix()}'" in _view_sql(
+        "assets/warehouse.duckdb", "benchmark.queries")
 
     assert rebuild_views(tmp_path / "empty", tmp_path / "none.duckdb") == []
     assert not (tmp_path / "none.duckdb").exists()
@@ -172,7 +172,7 @@ def test_io_manager_rejects_non_polars_and_bad_keys(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- partitioned assets
 
-from dagster_project.lib.warehouse import partition_path, read_asset  # noqa: E402
+from dagster_project.lib.warehouse import partition_path, read_asset
 
 MULTI = dg.MultiPartitionsDefinition({"subject": dg.StaticPartitionsDefinition(["s1", "s2"]),
                                       "method": dg.StaticPartitionsDefinition(["base", "cot"])})
@@ -184,7 +184,7 @@ def _out(key, pk):
 
 def test_partition_paths():
     pk = MULTI.get_partition_key_from_str("base|s1")
-    assert partition_path("assets", "g", "a", pk).as_posix() == "assets/g/a/method=base/subject=s1.parquet"
+    assert partition_path("assets", "g", "a", pk).as_posix() == "assets/g/a/method=base/subject=s1/data.parquet"
     assert partition_path("assets", "logs", "raw", "2024-05-01").as_posix() == "assets/logs/raw/2024-05-01.parquet"
     with pytest.raises(ValueError, match="file name"):
         partition_path("assets", "g", "a", "../escape")
@@ -199,14 +199,14 @@ def test_io_manager_partitions_round_trip_and_union_view(tmp_path, monkeypatch):
         io.handle_output(_out(key, MULTI.get_partition_key_from_str(pk)),
                          pl.DataFrame({"subject": [subject], "method": [method], "n": [1], **extra}))
     files = sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "assets").rglob("*.parquet"))
-    assert files == ["assets/evaluation/predictions/method=base/subject=s1.parquet",
-                     "assets/evaluation/predictions/method=base/subject=s2.parquet",
-                     "assets/evaluation/predictions/method=cot/subject=s1.parquet"]
+    assert files == ["assets/evaluation/predictions/method=base/subject=s1/data.parquet",
+                     "assets/evaluation/predictions/method=base/subject=s2/data.parquet",
+                     "assets/evaluation/predictions/method=cot/subject=s1/data.parquet"]
     # the view is the union of every partition, columns matched by name (cot has an extra column)
     with connect_readonly("assets/warehouse.duckdb") as con:
         assert con.execute("select count(*), count(trace) from evaluation.predictions").fetchone() == (3, 1)
-    assert "assets/evaluation/predictions/**/*.parquet" in _view_sql("assets/warehouse.duckdb",
-                                                                     "evaluation.predictions")
+    assert f"{tmp_path.resolve().as_posix()}/assets/evaluation/predictions/**/*.parquet" in _view_sql(
+        "assets/warehouse.duckdb", "evaluation.predictions")
     # a downstream asset asking for all partitions gets the ones that exist ("cot|s2" is not built yet)
     ctx = dg.build_input_context(asset_key=key, asset_partitions_def=MULTI,
                                  asset_partition_key_range=dg.PartitionKeyRange("base|s1", "cot|s2"))

@@ -34,6 +34,7 @@ from dagster_project.lib.warehouse import (
     asset_path,
     partition_dir,
     partition_files,
+    partition_label,
     read_asset,
 )
 from dagster_project.llm.task import STATUSES, Status
@@ -153,7 +154,7 @@ def partition_error_counts(base: str | Path, group: str, asset: str) -> dict[str
     for f in partition_files(base, group, asset):
         if "status" in pl.read_parquet_schema(f):
             status = pl.read_parquet(f, columns=["status"])["status"]
-            counts[f.relative_to(folder).with_suffix("").as_posix()] = (
+            counts[partition_label(folder, f)] = (
                 int((status == Status.LLM_ERROR.value).sum()), status.len())
     return counts
 
