@@ -13,12 +13,7 @@ from rich.table import Table
 
 from dagster_project.config import ParamsError, load_params
 from dagster_project.config.home import dagster_home
-from dagster_project.lib.warehouse import (
-    ASSETS_DIR,
-    WAREHOUSE,
-    connect_readonly,
-    rebuild_views,
-)
+from dagster_project.lib.warehouse import ASSETS_DIR, WAREHOUSE, connect_readonly, rebuild_views
 
 app = typer.Typer(help="clarify-pipeline: SQL over the warehouse, run summaries, environment checks.",
                   no_args_is_help=True, add_completion=False)
