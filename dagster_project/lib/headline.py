@@ -141,7 +141,7 @@ def write_headlines(base: str | Path = ASSETS_DIR, metrics_dir: str | Path = MET
             missing.append(group)
             target.unlink(missing_ok=True)
             continue
-        _write_json(data, target)
+        _write_json({group: data}, target)  # the group's name heads every column of `dvc exp show`
         written.append(group)
     folder = plots_dir / ACCURACY_BY_TURN
     shutil.rmtree(folder, ignore_errors=True)

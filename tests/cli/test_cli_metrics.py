@@ -25,7 +25,7 @@ def write_tables(assets: Path, accuracy: float = 0.5) -> None:
     put(pl.DataFrame({"breakdown": ["overall", "by_turn", "by_turn", "by_turn", "by_turn"],
                       "dataset": ["clarifymt"] * 5, "subject": ["smollm2"] * 5,
                       "method": ["base", "base", "base", "agent", "agent"], "turn": [None, 2, 1, 1, 2],
-                      "n": [8, 4, 4, 4, 4], "accuracy": [accuracy, 0.25, 0.75, 0.5, 0.75]}),
+                      "n": [8, 4, 4, 4, 4], "accuracy": [accuracy, 0.25, accuracy + 0.25, 0.5, 0.75]}),
         "evaluation", "metric_tables.parquet")
     put(pl.DataFrame({"breakdown": ["overall", "by_turns"], "ranker": ["bm25", "bm25"], "input": ["multi_turn"] * 2,
                       "modality": ["text_only"] * 2, "n_turns": [None, 2], "n_queries": [3, 3], "n_excluded": [0, 0],
@@ -54,14 +54,17 @@ def test_headline_json_per_group(tmp_path):
     _, out = _run(tmp_path)
     assert sorted(p.name for p in out.iterdir()) == ["clarilm.json", "double_turn.json", "evaluation.json",
                                                      "intents.json", "retrieval.json"]
-    ev = json.loads((out / "evaluation.json").read_text())
+    def read(group: str) -> dict:
+        return json.loads((out / f"{group}.json").read_text())[group]  # one top key: the group (column prefix)
+
+    ev = read("evaluation")
     assert ev["clarifymt"]["smollm2"]["base"] == {"accuracy": 0.5, "macro_f1": 0.4, "n": 8}  # all_turns scope
     assert ev["clarifymt"]["smollm2"]["agent"]["macro_f1"] is None  # NaN is not JSON: null
-    ret = json.loads((out / "retrieval.json").read_text())
+    ret = read("retrieval")
     assert ret["bm25"]["multi_turn"]["text_only"] == {"n_queries": 3, "mrr": 0.5, "p_at_1": 0.25, "ndcg_at_3": 0.4}
-    assert json.loads((out / "intents.json").read_text())["smollm2"] == {"ic_accuracy": 0.6, "sdrs": 0.3, "ars": 0.5}
-    assert json.loads((out / "double_turn.json").read_text())["smollm2"]["clarify"]["f1_total"] == 0.45
-    cl = json.loads((out / "clarilm.json").read_text())
+    assert read("intents")["smollm2"] == {"ic_accuracy": 0.6, "sdrs": 0.3, "ars": 0.5}
+    assert read("double_turn")["smollm2"]["clarify"]["f1_total"] == 0.45
+    cl = read("clarilm")
     assert cl["logs"]["log_candidates"] == {"rows": 3, "pass_rate": round(2 / 3, 4)}  # both daily partitions
     assert cl["annotations"]["cotap_annotations"] == {"rows": 4, "pass_rate": 0.75}
     assert "questions" not in cl
