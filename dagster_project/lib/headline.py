@@ -27,6 +27,8 @@ CLARILM_ASSETS = (("logs", "log_candidates"), ("logs", "log_clarifications"),
                   ("facets", "facet_candidates_log"), ("facets", "facet_candidates_llm"), ("facets", "facet_candidates"),
                   ("annotations", "cotap_annotations"), ("annotations", "preference_pairs"),
                   ("annotations", "sft_dataset"), ("annotations", "dpo_dataset"))
+# the asset groups the headline reads (dvc.yaml: the `metrics` stage's deps)
+SOURCE_GROUPS = ("evaluation", "retrieval", "intents", "double_turn", *dict.fromkeys(g for g, _ in CLARILM_ASSETS))
 INTENT_METRICS = ("ic_accuracy", "sdrs", "ars", "ood_accuracy", "ood_dropout_accuracy")
 ANSWER_SET_METRICS = ("f1_total", "f1_ambiguous", "f1_unambiguous", "avg_turns")
 

@@ -4,16 +4,20 @@ and `dvc exp run --temp` served from the project's LLM cache and recorded in its
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 from pathlib import Path
 
+import pytest
+import yaml
+
+from dagster_project.lib.headline import SOURCE_GROUPS
 from tests.cli.test_cli_metrics import write_tables
 from tests.project_support import BIN, make_project
 
 HEADLINE_COLUMNS = r"Experiment|rev|(evaluation|retrieval|intents|double_turn|clarilm)\."  # as in the README
-GROUPS = ("evaluation", "retrieval", "intents", "double_turn", "logs", "questions", "facets", "annotations")
+
+pytestmark = pytest.mark.e2e
 
 
 def dvc(project: Path, *args: str, timeout: int = 600) -> str:
@@ -21,7 +25,7 @@ def dvc(project: Path, *args: str, timeout: int = 600) -> str:
     env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(Path.home()), "DVC_NO_ANALYTICS": "1",
            "GX_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(project)}
     proc = subprocess.run([str(BIN / "dvc"), *args], cwd=project, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, check=False)
     assert proc.returncode == 0, f"dvc {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
 
@@ -34,7 +38,7 @@ def git(project: Path, *args: str) -> None:
 def test_metrics_diff_and_exp_show_list_headline_numbers(tmp_path):
     project = make_project(tmp_path)
     write_tables(project / "assets", accuracy=0.5)
-    for group in GROUPS:  # the metrics stage's deps: groups without tables are left out of the metrics
+    for group in SOURCE_GROUPS:  # the metrics stage's deps: groups without tables are left out of the metrics
         (project / "assets" / group).mkdir(parents=True, exist_ok=True)
         (project / "assets" / group / ".keep").touch()
     dvc(project, "repro", "--single-item", "metrics")
@@ -81,18 +85,19 @@ def _dagster_runs(project: Path) -> int:
 
 def test_exp_run_temp_reuses_the_projects_llm_cache_and_run_history(tmp_path):
     project = make_project(tmp_path)
-    dvc(project, "repro", "logs")  # ~3 extraction calls on the embedded model
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["logs"] |= {"date_from": "2024-05-01", "date_to": "2024-05-01", "max_extractions": 2}  # one day, one run
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    dvc(project, "repro", "logs")  # 2 extraction calls on the embedded model
     hits0, asked0 = _cache_hits(project)
     runs0 = _dagster_runs(project)
-    assert asked0 - hits0 >= 2, "the tiny logs stage should have sent a few extraction calls"
+    assert asked0 - hits0 >= 1, "the tiny logs stage should have sent extraction calls"
     git(project, "add", "-A")
     git(project, "commit", "-qm", "logs built")
 
     # fewer extractions: the same first candidates, so every call is already in the cache
-    dvc(project, "exp", "run", "--temp", "-S", "logs.max_extractions=2", "logs")
+    dvc(project, "exp", "run", "--temp", "-S", "logs.max_extractions=1", "logs")
     hits1, asked1 = _cache_hits(project)
-    assert hits1 - hits0 >= 2 and asked1 - asked0 == hits1 - hits0, (hits0, asked0, hits1, asked1)
+    assert hits1 - hits0 >= 1 and asked1 - asked0 == hits1 - hits0, (hits0, asked0, hits1, asked1)
     assert _dagster_runs(project) > runs0  # the temporary copy's runs are in the project's history
-    assert not list((project / ".dvc" / "tmp").rglob("llm_cache.sqlite"))
     assert "max_extractions" in dvc(project, "exp", "show", "--csv")
-    assert os.path.isdir(project / ".dagster")
