@@ -11,7 +11,11 @@ LLAMA_VERSION := 0.3.36
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
-export DAGSTER_HOME := $(CURDIR)/.dagster
+# Run state shared by every workspace of this checkout, `dvc exp run --temp` / `--queue` copies included:
+# the LLM cache (llm.cache_path, when relative) and the Dagster run history live below CLARIFY_HOME
+# (README "DVC experiments"; default: the DVC root, i.e. this folder); an explicit DAGSTER_HOME still wins.
+# CLARIFY_HOME itself is not exported: tests run by `make test` keep their own relative paths.
+export DAGSTER_HOME ?= $(or $(CLARIFY_HOME),$(CURDIR))/.dagster
 export DVC_NO_ANALYTICS := 1
 export GX_ANALYTICS_ENABLED := false
 export HF_HUB_OFFLINE := 1

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dagster_project.config import ParamsError, load_params
+from dagster_project.config.home import dagster_home
 from dagster_project.lib.preflight import cache_problem, input_paths, input_problems, role_check
 from dagster_project.lib.runs import process_tags, sweep_orphaned_runs
 from dagster_project.lib.warehouse import (
@@ -193,8 +194,8 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
                 partition: list[str] = typer.Option(None, help="only these partition keys of partitioned assets, "
                                                                "e.g. 'base|smollm2' (default: all)")) -> None:
     """Materialize one asset group with Dagster (all partitions of partitioned assets), recording the runs in
-    the project's DAGSTER_HOME (used by dvc.yaml)."""
-    home = Path(os.environ.get("DAGSTER_HOME") or ".dagster").resolve()
+    the project's DAGSTER_HOME ($DAGSTER_HOME, else <CLARIFY_HOME>/.dagster: shared by DVC experiments)."""
+    home = dagster_home()
     home.mkdir(parents=True, exist_ok=True)
     (home / "dagster.yaml").touch()
     try:
@@ -233,6 +234,20 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
                           f"{', '.join(str(f) for f in stale[:5])}{' ...' if len(stale) > 5 else ''}",
                           markup=False, highlight=False)
     raise typer.Exit(0 if ok else 1)
+
+
+@app.command()
+def metrics(assets: str = typer.Option(ASSETS_DIR, help="folder of the built assets"),
+            out: str = typer.Option("metrics", help="folder for the headline JSON files (DVC metrics)"),
+            plots: str = typer.Option("plots", help="folder for the plot tables (DVC plots)")) -> None:
+    """Write each group's headline numbers (metrics/<group>.json) and accuracy-by-turn tables (plots/) from the
+    built assets, for `dvc exp show --only-metrics`, `dvc metrics diff` and `dvc plots diff`."""
+    from dagster_project.lib.headline import write_headlines
+
+    written, missing = write_headlines(assets, out, plots)
+    console.print(f"headline metrics in {out}/: {', '.join(written) or 'none'}", markup=False, highlight=False)
+    if missing:
+        console.print(f"left out (tables not built): {', '.join(missing)}", markup=False, highlight=False)
 
 
 @app.command()

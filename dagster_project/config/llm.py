@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from dagster_project.config.base import Strict
+from dagster_project.config.home import home_path
 
 
 class RoleConfig(Strict):
@@ -52,7 +53,9 @@ ROLE_NAMES = (
 
 
 class LLMConfig(Strict):
-    cache_path: str = ".cache/llm_cache.sqlite"
+    # A relative path lies below CLARIFY_HOME (default: the DVC project root, shared by `dvc exp run --temp`
+    # workspaces; config/home.py), not below the working directory; stored resolved (absolute).
+    cache_path: str = Field(".cache/llm_cache.sqlite", validate_default=True)
     # Concurrent runs: a process claims the uncached keys it is about to send for claim_lease_s seconds
     # (renewed while it works); another run waits for those replies, polling every claim_poll_s, and takes
     # over a claim whose lease ran out (its owner was killed).
@@ -60,6 +63,11 @@ class LLMConfig(Strict):
     claim_poll_s: float = Field(0.5, gt=0)
     roles: dict[str, RoleConfig] = Field(default_factory=lambda: {"default": RoleConfig()})
     subjects: dict[str, RoleConfig] = Field(default_factory=lambda: {"smollm2": RoleConfig()})
+
+    @field_validator("cache_path", mode="after")
+    @classmethod
+    def _resolve_cache_path(cls, v: str) -> str:
+        return str(home_path(v))
 
     @model_validator(mode="after")
     def _known_roles(self) -> LLMConfig:
