@@ -63,6 +63,7 @@ class ReportInputs:
     agent_method: str = "clarify_agent"
     max_dialogues: int | None = None
     sample_seed: int = 0
+    validation: pl.DataFrame | None = None  # benchmark/annotation_agreement: None for external datasets only
 
 
 def _persona_table(cmp: pl.DataFrame, scope: str, methods: Sequence[str] | None = None, std: bool = True,
@@ -173,9 +174,26 @@ def render_report(inputs: ReportInputs, plots: Sequence[str] = ()) -> str:
         parts += ["## Accuracy by subtype x turn (Table 4 layout)\n", markdown_table(wide)]
         if "subtype_turn_heatmap.png" in plots:
             parts.append("![subtype x turn](subtype_turn_heatmap.png)\n")
+    parts += _validation_section(inputs.validation)
     parts += _quality_sections(inputs, plots)
     parts += _trace_example(pred, inputs.agent_method)
     return "\n".join(parts)
+
+
+def _validation_section(agreement: pl.DataFrame | None) -> list[str]:
+    """The benchmark's validation round (paper §4.2): which path ran, removals per reason, kappa and judge-vs-human r."""
+    parts = ["## Benchmark validation (paper §4.2: Po .8627, kappa .598; judge vs human Pearson r .658)\n"]
+    if agreement is None or agreement.is_empty():
+        return parts + ["_(benchmark/annotation_agreement not built: no generated benchmark in this run)_\n"]
+    row = agreement.row(0, named=True)
+    source = (f"the filled review sheet `{row['sheet']}` ({row['sheet_rows_matched']} of {row['sheet_rows']} rows "
+              f"matched this run's queries, {row['sheet_rows_rejected']} unreadable) plus the automatic filter for "
+              "the rest" if row["path"] == "human" else "the automatic filter only (no filled review sheet)")
+    parts.append(f"Validated with {source}. Kappa and agreement are over the sheet's double-annotated rows; "
+                 "r is between the judge's rating and the annotators' mean rating.\n")
+    cols = ["path", "validated_rows", "valid", "removed_human", "removed_prompt_echo", "removed_low_rating",
+            "removed_off_category", "double_annotated", "observed_agreement", "kappa", "rated", "pearson_r"]
+    return parts + [markdown_table(agreement.select(cols), plain=["observed_agreement", "kappa", "pearson_r"])]
 
 
 def _quality_sections(inputs: ReportInputs, plots: Sequence[str]) -> list[str]:

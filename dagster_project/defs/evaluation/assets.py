@@ -36,7 +36,7 @@ from dagster_project.io.records import InputFileError, Quarantine
 from dagster_project.lib.assets import group_asset, upstream
 from dagster_project.lib.embedder import minilm_path
 from dagster_project.lib.resources import EmbedderResource, LLMResource
-from dagster_project.lib.warehouse import ASSETS_DIR
+from dagster_project.lib.warehouse import ASSETS_DIR, read_asset
 
 GROUP = "evaluation"
 asset = group_asset(GROUP)
@@ -196,15 +196,17 @@ def method_comparison(context: dg.AssetExecutionContext, params: dg.ResourcePara
 
 
 @asset(ins=upstream("evaluation/metric_tables", "evaluation/method_comparison", "evaluation/judge_scores",
-                    "evaluation/pairwise_judgements", "evaluation/predictions"))
+                    "evaluation/pairwise_judgements", "evaluation/predictions"),
+       deps=[dg.AssetKey(["benchmark", "annotation_agreement"])])
 def report(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params], metric_tables: pl.DataFrame,
            method_comparison: pl.DataFrame, judge_scores: pl.DataFrame, pairwise_judgements: pl.DataFrame,
            predictions: pl.DataFrame) -> pl.DataFrame:
     """report.md + a self-contained report.html (plots inlined) + the plots as PNG, under
-    assets/evaluation/report/."""
+    assets/evaluation/report/; it includes the benchmark's validation round when that was built."""
     cfg = params.evaluation
+    validation = read_asset(ASSETS_DIR, "benchmark", "annotation_agreement")
     inputs = ReportInputs(metric_tables, method_comparison, judge_scores, pairwise_judgements, predictions,
-                          cfg.comparison_turn, cfg.agent_method, cfg.max_dialogues, cfg.sample_seed)
+                          cfg.comparison_turn, cfg.agent_method, cfg.max_dialogues, cfg.sample_seed, validation)
     folder = Path(ASSETS_DIR) / GROUP / "report"
     files, text = write_report(inputs, folder)
     context.add_output_metadata({"report": dg.MetadataValue.path(str(folder / "report.html")),
