@@ -25,6 +25,12 @@ def test_dvc_repro_builds_both_groups_then_skips_and_sweeps(project, monkeypatch
     d = pl.read_parquet(project / "assets/benchmark/persona_dialogues.parquet")
     valid = int(v["valid"].sum())
     assert valid >= 1 and d.height == valid * (2 + 3)  # precise: 2 turns, off_focus: 3 turns
+    # the paper's labels (§4.2): precise clarify then answer; a noisy persona (off_focus) clarify on every turn
+    labels = d.sort("dialogue_id", "turn").group_by("dialogue_id", maintain_order=True).agg(
+        pl.col("persona").first(), pl.col("reference_action"))
+    for row in labels.iter_rows(named=True):
+        want = ["clarify", "answer"] if row["persona"] == "precise" else ["clarify", "clarify", "clarify"]
+        assert row["reference_action"] == want, row
     # predictions: one partition per subject x method (TINY: base, clarify_agent and one ablation)
     p = read_asset(project / "assets", "evaluation", "predictions")
     assert len(list((project / "assets/evaluation/predictions").rglob("*.parquet"))) == 3
@@ -35,7 +41,7 @@ def test_dvc_repro_builds_both_groups_then_skips_and_sweeps(project, monkeypatch
     assert set(p["action"]) <= {"clarify", "answer", "invalid"}
     assert p["raw_output"].null_count() == p.filter(~pl.col("status").is_in(["ok", "parse_error"])).height
 
-    monkeypatch.chdir(project)  # view paths are relative to the project root, as for any DuckDB client
+    monkeypatch.chdir(project)
     with duckdb.connect("assets/warehouse.duckdb", read_only=True) as con:
         views = {r[0] for r in con.execute(
             "select schema_name || '.' || view_name from duckdb_views() where not internal").fetchall()}
