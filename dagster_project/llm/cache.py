@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
+
 from dagster_project.llm.identity import KEY_VERSION
 
 _SCHEMA = """
@@ -51,6 +53,28 @@ CREATE TABLE IF NOT EXISTS usage (
 """
 
 
+def _locked(err: BaseException) -> bool:
+    return isinstance(err, sqlite3.OperationalError) and "locked" in str(err)
+
+
+@retry(retry=retry_if_exception(_locked), wait=wait_exponential(multiplier=0.02, max=1), stop=stop_after_delay(60),
+       reraise=True)
+def _use_wal(con: sqlite3.Connection) -> None:
+    """Switch a file to WAL once. The switch needs the file to itself and SQLite answers "database is locked"
+    at once (no busy wait) while another process opens or switches it: two runs starting together retry."""
+    if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+        con.execute("PRAGMA journal_mode=WAL")
+
+
+def _add_column(con: sqlite3.Connection, column: str) -> None:
+    """Migrate an older cache; another run migrating it at the same moment is not an error."""
+    try:
+        con.execute(f"ALTER TABLE responses ADD COLUMN {column}")
+    except sqlite3.OperationalError as err:
+        if "duplicate column" not in str(err):
+            raise
+
+
 class LLMCache:
     """One row per (request, sample index) key. Only successful replies are stored; errors are retried.
 
@@ -67,17 +91,17 @@ class LLMCache:
             con.execute(_CLAIMS_SCHEMA)
             columns = {row[1] for row in con.execute("PRAGMA table_info(responses)")}
             if "truncated" not in columns:  # a cache written before replies carried their finish reason
-                con.execute("ALTER TABLE responses ADD COLUMN truncated INTEGER NOT NULL DEFAULT 0")
+                _add_column(con, "truncated INTEGER NOT NULL DEFAULT 0")
             if "key_version" not in columns:  # a cache written before the endpoint entered the key
-                con.execute("ALTER TABLE responses ADD COLUMN key_version INTEGER NOT NULL DEFAULT 1")
+                _add_column(con, "key_version INTEGER NOT NULL DEFAULT 1")
 
     def _conn(self) -> sqlite3.Connection:
         con = getattr(self._local, "con", None)
         if con is None:
             con = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-            con.execute("PRAGMA journal_mode=WAL")
-            con.execute("PRAGMA synchronous=NORMAL")
             con.execute("PRAGMA busy_timeout=60000")
+            _use_wal(con)
+            con.execute("PRAGMA synchronous=NORMAL")
             self._local.con = con
         return con
 

@@ -57,3 +57,32 @@ def test_four_processes_write_concurrently_without_loss(tmp_path):
     got = cache.get_many(sorted(expected))  # > 500 keys: exercises the chunked IN (...) lookup
     assert set(got) == expected
     assert got["p3-r199"] == ("text p3-r199", 199, 398, False)
+
+
+
+def test_runs_that_open_a_new_cache_file_together_all_start(tmp_path):
+    """Guards the retry around the WAL switch (llm/cache.py `_use_wal`): on a loaded machine one run of
+    tests/llm/test_llm_claims.py died with "database is locked" there; this quiet-machine version did not
+    reproduce it on the old code, so it is a guard, not a reproduction."""
+    import threading
+
+    from dagster_project.llm.cache import LLMCache
+
+    errors: list[BaseException] = []
+    for trial in range(15):
+        path = tmp_path / f"c{trial}.sqlite"
+        start = threading.Barrier(6)
+
+        def open_cache(path=path, start=start) -> None:
+            start.wait()
+            try:
+                LLMCache(path).get_many(["k"])
+            except BaseException as err:  # noqa: BLE001 - collected for the assertion
+                errors.append(err)
+
+        threads = [threading.Thread(target=open_cache) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    assert errors == []

@@ -74,9 +74,10 @@ def test_two_concurrent_runs_of_the_same_uncached_calls_pay_once(tmp_path):
 
 
 def test_a_claim_outlives_its_lease_while_the_owner_still_works(tmp_path):
-    """The owner renews its claims: a waiter does not take over a slow but live run (lease 0.3 s, 1.6 s run)."""
-    backend = CountingBackend(delay_s=0.2)
-    cfg = _config(tmp_path, lease_s=0.3)
+    """The owner renews its claims: a waiter does not take over a slow but live run (lease 1 s, ~4 s run; the
+    margins leave a loaded CI machine time to run the heartbeat)."""
+    backend = CountingBackend(delay_s=0.5)
+    cfg = _config(tmp_path, lease_s=1.0)
     a, b = _run_concurrently([LLMClient(cfg, backends={"llamacpp": lambda c: backend}) for _ in range(2)])
     assert sum(backend.samples.values()) == 16 and all(r.ok for r in a + b) and len(a) == len(b) == 8
 
