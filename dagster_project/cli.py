@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from dagster_project.config import ParamsError, load_params
 from dagster_project.config.home import dagster_home
 from dagster_project.lib.preflight import cache_problem, input_paths, input_problems, role_check
 from dagster_project.lib.runs import process_tags, sweep_orphaned_runs
+from dagster_project.lib.sqlout import SQL_FORMATS, print_frame, print_result
 from dagster_project.lib.warehouse import (
     ASSETS_DIR,
     WAREHOUSE,
@@ -28,60 +28,6 @@ from dagster_project.lib.warehouse import (
 app = typer.Typer(help="clarify-pipeline: SQL over the warehouse, run summaries, environment checks.",
                   no_args_is_help=True, add_completion=False)
 console = Console()
-
-
-def _print_frame(df) -> None:
-    table = Table(show_lines=False)
-    for c in df.columns:
-        table.add_column(c)
-    for row in df.iter_rows():
-        table.add_row(*[f"{v:.3f}" if isinstance(v, float) else str(v) for v in row])
-    console.print(table)
-
-
-def _flat(df):
-    """Nested columns (lists, structs) as JSON text: CSV holds only flat values."""
-    import json
-
-    import polars as pl
-
-    nested = [c for c, t in df.schema.items() if t.is_nested()]
-    return df.with_columns(pl.Series(c, [None if v is None else json.dumps(v, default=str) for v in df[c].to_list()],
-                                     dtype=pl.String) for c in nested)
-
-
-SQL_FORMATS = ("table", "csv", "json", "ndjson", "markdown")
-
-
-def _print_result(df, fmt: str, max_columns: int, vertical: bool) -> None:
-    """``df`` in one of SQL_FORMATS; table and markdown show at most ``max_columns`` columns (0: all) unless
-    ``vertical`` prints each row as 'column: value' lines, which suits wide rows."""
-    if fmt == "csv":
-        sys.stdout.write(_flat(df).write_csv())
-    elif fmt == "json":
-        sys.stdout.write(df.write_json() + "\n")
-    elif fmt == "ndjson":
-        sys.stdout.write(df.write_ndjson())
-    elif vertical:
-        width = max((len(c) for c in df.columns), default=0)
-        for i, row in enumerate(df.iter_rows(named=True)):
-            print(f"-- row {i + 1} --")
-            for col, value in row.items():
-                print(f"{col.rjust(width)}: {value}")
-    else:
-        shown = df.columns[:max_columns] if max_columns else df.columns
-        if fmt == "markdown":
-            import polars as pl
-
-            with pl.Config(tbl_formatting="MARKDOWN", tbl_hide_column_data_types=True, tbl_hide_dataframe_shape=True,
-                           tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=10_000, tbl_width_chars=65_535):
-                cells = _flat(df.select(shown))  # one line per row: escape the column bar, newlines as <br>
-                print(cells.with_columns(pl.col(pl.String).str.replace_all("|", "\\|", literal=True)
-                                         .str.replace_all(r"\r?\n", "<br>")))
-        else:
-            _print_frame(df.select(shown))
-        if hidden := df.columns[len(shown):]:
-            print(f"({len(hidden)} more columns not shown: {', '.join(hidden)}; use --vertical or --max-columns 0)")
 
 
 @app.command()
@@ -103,7 +49,7 @@ def sql(query: str, db: str = typer.Option(WAREHOUSE, help="DuckDB file (opened 
     except Exception as err:  # noqa: BLE001 - show the DuckDB message, not a traceback
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(1) from None
-    _print_result(df, fmt, max_columns, vertical)
+    print_result(df, fmt, max_columns, vertical)
 
 
 @app.command()
@@ -282,7 +228,7 @@ def summary() -> None:
         console.print(t)
         if "evaluation.metric_tables" in rows:
             console.print("[bold]accuracy (shares of evaluated turns)[/bold]")
-            _print_frame(con.sql(
+            print_frame(con.sql(
                 "select subject, method, coalesce(persona, '(all)') as persona, n, accuracy, "
                 "under_clarification, over_clarification, invalid from evaluation.metric_tables "
                 "where breakdown in ('overall', 'by_persona') order by subject, method, breakdown desc, persona").pl())
