@@ -96,7 +96,7 @@ def dpo_dataset(context: dg.AssetExecutionContext, params: dg.ResourceParam[Para
 
 @asset(ins=upstream("annotations/cotap_annotations"))
 def held_out_set(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
-             cotap_annotations: pl.DataFrame) -> pl.DataFrame:
+                 cotap_annotations: pl.DataFrame) -> pl.DataFrame:
     """The held-out test questions (question_set split = test) with CoTAP's pick as reference action / question."""
     out = held_out_rows(cotap_annotations, params.annotations.system_prompt).with_columns(
         source=pl.lit("annotations.cotap_annotations"))

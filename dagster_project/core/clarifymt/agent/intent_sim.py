@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Annotated, Any
 
 import numpy as np
@@ -37,7 +37,7 @@ from dagster_project.core.clarifymt.agent.method import (
 )
 from dagster_project.core.shared.dedup import Embed
 from dagster_project.llm.protocol import parse_decision
-from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Outcome, Reply, Status
+from dagster_project.llm.task import Answer, Chat, LLMTask, NonEmpty, Outcome, Reply, Status
 
 METHOD = "intent_sim"
 INTERPRETATIONS_METHOD = "intent_sim_interpretations"
@@ -176,6 +176,17 @@ ANSWER = {False: LLMTask("evaluate_intent_sim_answer", role="subject", sampling=
           True: LLMTask("evaluate_intent_sim_answer_json", role="subject", reply=AnswerReply, sampling=GREEDY)}
 
 
+def _charged(preds: list[Prediction], answers: Sequence[Answer]) -> Iterator[tuple[Prediction, Answer]]:
+    """Each answer's row charged with the call's usage; a failed call fails its row (llm_error) and is skipped."""
+    for a in answers:
+        p = preds[a.item]
+        p.charge(a.result)
+        if a.result.error:
+            p.fail_llm(a.result.error)
+            continue
+        yield p, a
+
+
 def intent_groups(vectors: np.ndarray, tau: float) -> list[list[int]]:
     """Connected components of the graph that links two intents with cosine similarity >= tau."""
     v = np.asarray(vectors, dtype=np.float64)
@@ -239,12 +250,8 @@ class IntentSim(SubjectMethod):
                                       for i, t in enumerate(turns)], max_tokens=c.subject_max_tokens)
         questions: dict[int, str] = {}
         for a in first:
-            p = preds[a.item]
-            p.prompt_version, p.raw_output = a.first.prompt_version, a.result.text
-            p.charge(a.result)
-            if a.result.error:
-                p.fail_llm(a.result.error)
-                continue
+            preds[a.item].prompt_version, preds[a.item].raw_output = a.first.prompt_version, a.result.text
+        for p, a in _charged(preds, first):
             q = _question_of(a.first)
             replies[a.item][1] += 1
             if q is None:
@@ -258,12 +265,7 @@ class IntentSim(SubjectMethod):
         to_answer = self._decide(sims, preds, questions, replies, embed)
         last = ask(chat, self.role, [(i, ANSWER[js], base_messages(turns[i].history, ANSWER[js])) for i in to_answer],
                    max_tokens=c.subject_max_tokens)
-        for a in last:
-            p = preds[a.item]
-            p.charge(a.result)
-            if a.result.error:
-                p.fail_llm(a.result.error)
-                continue
+        for p, a in _charged(preds, last):
             text = a.first.value.text if isinstance(a.first.value, AnswerReply) else None
             if not js and a.first.ok:
                 d = decision_of(a.first)
@@ -282,12 +284,7 @@ class IntentSim(SubjectMethod):
         """Group each turn's simulated intents, set clarify / answer; returns the turns that still need an answer."""
         c = self.cfg
         intents: dict[int, list[str]] = {}
-        for a in sims:
-            p = preds[a.item]
-            p.charge(a.result)
-            if a.result.error:
-                p.fail_llm(a.result.error)
-                continue
+        for p, a in _charged(preds, sims):
             texts = [(o.value.reply if isinstance(o.value, UserReply) else o.value or "").strip() if o.ok else ""
                      for o in a.outcomes]
             good = [t for t in texts if t]
