@@ -13,12 +13,7 @@ from rich.table import Table
 
 from dagster_project.config import ParamsError, load_params
 from dagster_project.config.home import dagster_home
-from dagster_project.lib.preflight import (
-    cache_problem,
-    input_paths,
-    input_problems,
-    role_check,
-)
+from dagster_project.lib.preflight import cache_problem, input_paths, input_problems, role_check
 from dagster_project.lib.runs import (
     ensure_dagster_yaml,
     process_tags,
