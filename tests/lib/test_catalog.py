@@ -14,7 +14,12 @@ from dagster_project.definitions import defs
 from dagster_project.defs.benchmark import assets as benchmark
 from dagster_project.defs.evaluation import assets as evaluation
 from dagster_project.lib.catalog import PREVIEW_MAX_ROWS, describe, table_metadata
-from dagster_project.lib.code_version import PROMPTS_DIR, code_files, code_versions, compute_fn
+from dagster_project.lib.code_version import (
+    PROMPTS_DIR,
+    code_files,
+    code_versions,
+    compute_fn,
+)
 from dagster_project.lib.warehouse import WarehouseIOManager, read_asset
 
 
