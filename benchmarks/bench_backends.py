@@ -56,8 +56,8 @@ def _benchmark_group_run(params_path: str) -> tuple[float, dict]:
     for ev in result.get_asset_materialization_events():
         for k, v in ev.step_materialization_data.materialization.metadata.items():
             value = getattr(v, "value", v)
-            if k in ("llm_new_calls", "llm_cache_hits", "llm_samples") and isinstance(value, int):
-                key = k.removeprefix("llm_")  # the all-roles totals (per-role keys are <role>_llm_*)
+            if k in ("llm/new_calls", "llm/cache_hits", "llm/samples") and isinstance(value, int):
+                key = k.removeprefix("llm/")  # the all-roles totals (per-role keys are llm/<role>/*)
                 meta[key] = meta.get(key, 0) + value
     return t[0], meta
 

@@ -14,7 +14,12 @@ from rich.table import Table
 from dagster_project.config import ParamsError, load_params
 from dagster_project.config.home import dagster_home
 from dagster_project.lib.preflight import cache_problem, input_paths, input_problems, role_check
-from dagster_project.lib.runs import process_tags, sweep_orphaned_runs
+from dagster_project.lib.runs import (
+    ensure_dagster_yaml,
+    process_tags,
+    provenance_tags,
+    sweep_orphaned_runs,
+)
 from dagster_project.lib.sqlout import SQL_FORMATS, print_frame, print_result
 from dagster_project.lib.warehouse import (
     ASSETS_DIR,
@@ -75,12 +80,17 @@ def group_stages(defs, group: str) -> list[tuple[object, list]]:
     return stages
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
 def materialize_group(defs, group: str, instance, partitions: list[str] | None = None,
-                      say=lambda m: None) -> list:
+                      say=lambda m: None, tags: dict[str, str] | None = None, log_level: str = "info") -> list:
     """Materialize every asset of a group in one process: unpartitioned stages as one run each, partitioned
     stages as one run per partition key (all keys, or only ``partitions``). Stops after the first stage
     with a failed run. Returns the runs' results (all succeeded = the group is built); every run is
-    recorded in ``instance``, so it shows in the UI."""
+    recorded in ``instance``, so it shows in the UI, with ``tags`` beside the process tags. Dagster's console
+    logger prints events at ``log_level`` and above (its default, debug, prints every engine event); the
+    instance's event log keeps them all."""
     job = defs.resolve_implicit_global_asset_job_def()
     stages = group_stages(defs, group)
     if not stages:
@@ -98,13 +108,15 @@ def materialize_group(defs, group: str, instance, partitions: list[str] | None =
                     raise ValueError(f"unknown partition(s) {unknown} for {names}; known: {runs}")
                 runs = [k for k in runs if k in partitions]
         plan.append((keys, runs))
+    run_config = {"loggers": {"console": {"config": {"log_level": log_level.upper()}}}}
     results = []
     for keys, runs in plan:
         names = ", ".join(k.to_user_string() for k in keys)
         for pk in runs:
             t0 = time.monotonic()
             result = job.execute_in_process(asset_selection=keys, partition_key=pk, instance=instance,
-                                            raise_on_error=False, tags=process_tags())
+                                            raise_on_error=False, tags={**(tags or {}), **process_tags()},
+                                            run_config=run_config)
             say(f"{names}{f' [{pk}]' if pk else ''}: {'ok' if result.success else 'FAILED'} "
                 f"({time.monotonic() - t0:.1f}s)")
             results.append(result)
@@ -138,12 +150,17 @@ def _log_days(params: str) -> list[str]:
 @app.command()
 def materialize(group: str, params: str = typer.Option("params.yaml", help="params file"),
                 partition: list[str] = typer.Option(None, help="only these partition keys of partitioned assets, "
-                                                               "e.g. 'base|smollm2' (default: all)")) -> None:
+                                                               "e.g. 'base|smollm2' (default: all)"),
+                log_level: str = typer.Option("info", help=f"Dagster events printed: {'|'.join(LOG_LEVELS)} "
+                                                           "(the UI's run log keeps every event)")) -> None:
     """Materialize one asset group with Dagster (all partitions of partitioned assets), recording the runs in
-    the project's DAGSTER_HOME ($DAGSTER_HOME, else <CLARIFY_HOME>/.dagster: shared by DVC experiments)."""
+    the project's DAGSTER_HOME ($DAGSTER_HOME, else <CLARIFY_HOME>/.dagster: shared by DVC experiments), tagged
+    with their provenance (group, DVC stage, git commit, params hash)."""
+    if log_level.lower() not in LOG_LEVELS:
+        console.print(f"[red]error:[/red] --log-level must be one of {', '.join(LOG_LEVELS)}")
+        raise typer.Exit(2)
     home = dagster_home()
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "dagster.yaml").touch()
+    ensure_dagster_yaml(home)
     try:
         p = load_params(params)
     except ParamsError as err:
@@ -168,7 +185,8 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
             console.print(f"run {run_id}: its process is gone, marked failed", style="yellow", markup=False)
         try:
             results = materialize_group(defs, group, instance, partition,
-                                        say=lambda m: console.print(m, markup=False, highlight=False))
+                                        say=lambda m: console.print(m, markup=False, highlight=False),
+                                        tags=provenance_tags(group, p), log_level=log_level.lower())
         except ValueError as err:
             console.print(str(err), style="red", markup=False)
             raise typer.Exit(2) from None

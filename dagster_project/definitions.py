@@ -16,19 +16,21 @@ from dagster_project.defs.logs import assets as logs
 from dagster_project.defs.quality.checks import build_checks
 from dagster_project.defs.questions import assets as questions
 from dagster_project.defs.retrieval import assets as retrieval
+from dagster_project.lib.code_version import with_code_versions
 from dagster_project.lib.resources import EmbedderResource, LLMResource
 from dagster_project.lib.warehouse import WarehouseIOManager
 
 
 def build_definitions(params: Params, llm: LLMResource | None = None,
                       embedder: dg.ConfigurableResource | None = None) -> dg.Definitions:
-    """Every group's assets, the GX checks, and the resources built from `params` (tests pass fakes)."""
-    graph = dg.Definitions.merge(
+    """Every group's assets (each with a code_version from its code and prompts), the GX checks, and the
+    resources built from `params` (tests pass fakes)."""
+    graph = with_code_versions(dg.Definitions.merge(
         dg.Definitions(assets=dg.load_assets_from_modules(
             [questions, facets, annotations, benchmark, double_turn, intents, retrieval])),
         logs.build(params),
         evaluation.build(params),
-    )
+    ))
     keys = {k for a in graph.assets or [] for k in a.keys}
     return dg.Definitions.merge(graph, dg.Definitions(
         asset_checks=build_checks(keys),

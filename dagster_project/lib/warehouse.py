@@ -14,6 +14,7 @@ import polars as pl
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from dagster_project.io.writers import write_parquet_atomic
+from dagster_project.lib.catalog import table_metadata
 
 ASSETS_DIR = "assets"
 WAREHOUSE = "assets/warehouse.duckdb"
@@ -252,7 +253,8 @@ def query_only(sql: str) -> str:
 
 
 class WarehouseIOManager(dg.ConfigurableIOManager):
-    """Stores each asset as assets/<group>/<asset>.parquet and keeps its DuckDB view current.
+    """Stores each asset as assets/<group>/<asset>.parquet, keeps its DuckDB view current, and records the
+    catalog metadata (row count, column schema, preview: lib/catalog.py) on every materialization.
 
     Partitioned assets: one file per partition, assets/<group>/<asset>/<partition>.parquet, and the view
     is the union of all partitions. A downstream asset that reads a partitioned one gets the partitions
@@ -288,13 +290,14 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             write_parquet_atomic(strip_partition_columns(obj, partition_values(folder, path),
                                                          context.asset_key.to_user_string()), path)
             register_views(self.db_path, {view: partition_dir(self.base_dir, *context.asset_key.path)})
-            context.add_output_metadata({"rows": obj.height, "path": str(path), "view": view,
-                                         "partition": str(context.asset_partition_key)})
+            context.add_output_metadata({**table_metadata(obj, context.asset_key.to_user_string()),
+                                         "path": str(path), "view": view, "partition": str(context.asset_partition_key)})
             return
         path = self._path(context.asset_key)
         write_parquet_atomic(obj, path)
         register_views(self.db_path, {view: path})
-        context.add_output_metadata({"rows": obj.height, "path": str(path), "view": view})
+        context.add_output_metadata({**table_metadata(obj, context.asset_key.to_user_string()),
+                                     "path": str(path), "view": view})
 
     def load_input(self, context: dg.InputContext) -> pl.DataFrame:
         name = context.asset_key.to_user_string()

@@ -81,21 +81,35 @@ def sample_cache_key(identity: dict[str, str], request: ChatRequest, resolved: d
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
 
-def usage_summary(results: list[ChatResult], price_in_per_mtok: float = 0.0,
-                  price_out_per_mtok: float = 0.0) -> dict[str, float | int]:
-    """Calls, cache hits, tokens, errors and estimated cost of a batch (for Dagster metadata)."""
+def usage_key(metric: str, role: str | None = None) -> str:
+    """The one naming scheme of LLM usage metadata: `llm/<metric>` over all roles, `llm/<role>/<metric>` per role."""
+    return f"llm/{role}/{metric}" if role else f"llm/{metric}"
+
+
+def parse_usage_key(key: str) -> tuple[str | None, str] | None:
+    """(role or None for the all-roles total, metric) of a usage_key; None for any other key."""
+    if not key.startswith("llm/"):
+        return None
+    role, _, metric = key.removeprefix("llm/").rpartition("/")
+    return (role or None, metric) if metric else None
+
+
+def usage_summary(results: list[ChatResult], price_in_per_mtok: float = 0.0, price_out_per_mtok: float = 0.0,
+                  role: str | None = None) -> dict[str, float | int]:
+    """Calls, cache hits, tokens, errors and estimated cost of a batch (Dagster metadata, keys from usage_key)."""
     samples = sum(max(len(r.texts), 1) for r in results)
     hits = sum(r.cache_hits for r in results)
     tin = sum(r.tokens_in for r in results)
     tout = sum(r.tokens_out for r in results)
-    return {
-        "llm_requests": len(results),
-        "llm_samples": samples,
-        "llm_cache_hits": hits,
-        "llm_new_calls": samples - hits,
-        "llm_errors": sum(1 for r in results if r.error),
-        "llm_tokens_in": tin,
-        "llm_tokens_out": tout,
-        "llm_latency_s": round(sum(r.latency_s for r in results), 2),
-        "llm_est_cost_usd": round((tin * price_in_per_mtok + tout * price_out_per_mtok) / 1e6, 4),
+    numbers = {
+        "requests": len(results),
+        "samples": samples,
+        "cache_hits": hits,
+        "new_calls": samples - hits,
+        "errors": sum(1 for r in results if r.error),
+        "tokens_in": tin,
+        "tokens_out": tout,
+        "latency_s": round(sum(r.latency_s for r in results), 2),
+        "est_cost_usd": round((tin * price_in_per_mtok + tout * price_out_per_mtok) / 1e6, 4),
     }
+    return {usage_key(k, role): v for k, v in numbers.items()}

@@ -28,7 +28,9 @@ from dagster_project.llm.cache import LLMCache
 from dagster_project.llm.chat import (
     ChatRequest,
     ChatResult,
+    parse_usage_key,
     sample_cache_key,
+    usage_key,
     usage_summary,
 )
 from dagster_project.llm.identity import cache_identity
@@ -282,8 +284,9 @@ class LLMClient:
         bar.close()
 
     def usage(self, role: str, results: list[ChatResult]) -> dict[str, float | int]:
+        """`llm/<role>/<metric>` usage of one role's results, priced with that role's params."""
         cfg = self.config.role(role)
-        return usage_summary(results, cfg.price_in_per_mtok, cfg.price_out_per_mtok)
+        return usage_summary(results, cfg.price_in_per_mtok, cfg.price_out_per_mtok, role=role)
 
 
 
@@ -303,11 +306,12 @@ class LLMSession:
         return out
 
     def usage(self) -> dict[str, float | int]:
-        """Per role `<role>_llm_*` and, over all roles, `llm_*`: requests, samples, cache hits, tokens, cost."""
+        """Per role `llm/<role>/<metric>` and, over all roles, `llm/<metric>` (llm.chat.usage_key): requests,
+        samples, cache hits, tokens, errors, cost."""
         meta: dict[str, float | int] = {}
         every: list[ChatResult] = []
         for role, results in self.results.items():
-            meta |= {f"{role.replace(':', '_')}_{k}": v for k, v in self.client.usage(role, results).items()}
+            meta |= self.client.usage(role, results)
             every.extend(results)
-        cost = sum(v for k, v in meta.items() if k.endswith("llm_est_cost_usd"))
-        return meta | usage_summary(every) | {"llm_est_cost_usd": round(cost, 4)}
+        cost = sum(v for k, v in meta.items() if (parsed := parse_usage_key(k)) and parsed[1] == "est_cost_usd")
+        return meta | usage_summary(every) | {usage_key("est_cost_usd"): round(cost, 4)}

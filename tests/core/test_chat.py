@@ -6,7 +6,9 @@ from dagster_project.config import RoleConfig
 from dagster_project.llm.chat import (
     ChatRequest,
     ChatResult,
+    parse_usage_key,
     sample_cache_key,
+    usage_key,
     usage_summary,
 )
 from dagster_project.llm.identity import cache_identity
@@ -90,17 +92,28 @@ def test_usage_summary_sums():
     # samples = 2 + max(0, 1) + 1 = 4; hits = 2; new = 2; tokens 15 / 27
     # cost = (15 * 2 + 27 * 10) / 1e6 = 300 / 1e6 = 0.0003
     assert u == {
-        "llm_requests": 3, "llm_samples": 4, "llm_cache_hits": 2, "llm_new_calls": 2, "llm_errors": 1,
-        "llm_tokens_in": 15, "llm_tokens_out": 27, "llm_latency_s": 1.75, "llm_est_cost_usd": 0.0003,
+        "llm/requests": 3, "llm/samples": 4, "llm/cache_hits": 2, "llm/new_calls": 2, "llm/errors": 1,
+        "llm/tokens_in": 15, "llm/tokens_out": 27, "llm/latency_s": 1.75, "llm/est_cost_usd": 0.0003,
     }
 
 
 def test_usage_summary_empty():
     u = usage_summary([])
-    assert u["llm_requests"] == 0 and u["llm_samples"] == 0 and u["llm_est_cost_usd"] == 0
+    assert u["llm/requests"] == 0 and u["llm/samples"] == 0 and u["llm/est_cost_usd"] == 0
 
 
 @pytest.mark.parametrize("tin, tout, pin, pout, cost", [(1_000_000, 0, 3.0, 0, 3.0), (0, 500_000, 0, 8.0, 4.0)])
 def test_usage_cost(tin, tout, pin, pout, cost):
     u = usage_summary([ChatResult(texts=["x"], tokens_in=tin, tokens_out=tout)], pin, pout)
-    assert u["llm_est_cost_usd"] == pytest.approx(cost)
+    assert u["llm/est_cost_usd"] == pytest.approx(cost)
+
+
+def test_usage_keys_one_scheme_per_role_and_total():
+    u = usage_summary([ChatResult(texts=["a"])], role="subject:smollm2")
+    assert set(u) == {usage_key(m, "subject:smollm2") for m in (
+        "requests", "samples", "cache_hits", "new_calls", "errors", "tokens_in", "tokens_out", "latency_s",
+        "est_cost_usd")}
+    assert usage_key("errors", "subject:smollm2") == "llm/subject:smollm2/errors"
+    assert parse_usage_key("llm/subject:org/model/errors") == ("subject:org/model", "errors")
+    assert parse_usage_key("llm/errors") == (None, "errors")
+    assert parse_usage_key("generator_llm_errors") is None and parse_usage_key("llm/") is None

@@ -344,7 +344,7 @@ def test_llm_samples_per_query_metadata(built):
     _, result = built
     meta = {m.asset_key.path[-1]: m.metadata for m in result.get_asset_materialization_events()
             for m in [m.event_specific_data.materialization]}
-    per_query = {k: v.value for k, v in ((a, md.get("llm_samples_per_query")) for a, md in meta.items()) if v}
+    per_query = {k: v.value for k, v in ((a, md.get("llm/samples_per_query")) for a, md in meta.items()) if v}
     assert per_query["feasible_answers"] == 2.0
     assert per_query["candidate_responses"] == 6.0
     assert per_query["single_turn_scores"] == pytest.approx(7 / 3, abs=0.01)

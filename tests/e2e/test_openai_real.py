@@ -172,7 +172,7 @@ def test_api_key_absent_from_cache_logs_assets_and_metadata(server, tmp_path, mo
         stored_meta = [r.asset_materialization.metadata for r in records]
     assert result.success
     summary = run_summary(result)
-    assert summary["metadata"]["llm_new_calls"] == 6 and summary["checks_passed"] == [True]
+    assert summary["metadata"]["llm/new_calls"] == 6 and summary["checks_passed"] == [True]
     df = pl.read_parquet(tmp_path / "assets" / GROUP / f"{ASSET}.parquet")
     assert df.height == 6 and set(df["status"]) <= {"ok", "parse_error"}
     needle = KEY.encode()
@@ -260,7 +260,7 @@ def test_200_request_asset_run_survives_faults(server, tmp_path, monkeypatch, ca
     assert asked == set(errors["question"])  # only the failed rows were asked again
     s2 = run_summary(again)
     assert s2["checks_passed"] == [False]
-    assert s2["metadata"]["llm_cache_hits"] == n - errors.height
+    assert s2["metadata"]["llm/cache_hits"] == n - errors.height
     assert s2["metadata"]["llm_errors"] == poisoned.height
 
 
@@ -307,8 +307,8 @@ def test_kill9_midway_then_rerun_serves_answered_calls_from_cache(server, tmp_pa
         summary = json.loads(rerun.stdout.split("RUN_JSON ", 1)[1].splitlines()[0])
         new_requests = len(proxy.events) - sent_before
     meta = summary["metadata"]
-    assert meta["llm_cache_hits"] == answered  # every call answered before the kill came from the cache
-    assert meta["llm_new_calls"] == n - answered == new_requests
+    assert meta["llm/cache_hits"] == answered  # every call answered before the kill came from the cache
+    assert meta["llm/new_calls"] == n - answered == new_requests
     df = pl.read_parquet(tmp_path / "assets" / GROUP / f"{ASSET}.parquet")
     assert df.height == n and df["cached"].sum() == answered
     with duckdb.connect(str(tmp_path / "assets" / "warehouse.duckdb"), read_only=True) as con:

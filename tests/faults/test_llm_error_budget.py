@@ -52,8 +52,8 @@ def test_check_fails_on_a_partition_over_budget_and_on_a_role_over_budget(tmp_pa
     def scores(context: dg.AssetExecutionContext) -> dg.Output:
         statuses, judge_errors = plan[context.partition_key]
         return dg.Output(pl.DataFrame({"status": statuses}), metadata={
-            "judge_llm_requests": 10, "judge_llm_errors": judge_errors,
-            "subject_llm_requests": 10, "subject_llm_errors": 0, "llm_requests": 20, "llm_errors": judge_errors})
+            "llm/judge/requests": 10, "llm/judge/errors": judge_errors,
+            "llm/subject:s1/requests": 10, "llm/subject:s1/errors": 0, "llm/requests": 20, "llm/errors": judge_errors})
 
     params = parse_params({"quality": {"max_error_rate": 0.2}})
     checks = build_checks({dg.AssetKey(["toy", "scores"])}, tmp_path / "suites")

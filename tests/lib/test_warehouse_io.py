@@ -151,7 +151,7 @@ def test_io_manager_round_trip_registers_view(tmp_path, monkeypatch):
     with connect_readonly("assets/warehouse.duckdb") as con:
         assert con.execute("select count(*) from grp.things").fetchone()[0] == 3
     meta = out.get_logged_metadata()
-    assert meta["rows"].value == 3 and meta["view"].value == "grp.things"
+    assert meta["dagster/row_count"].value == 3 and meta["view"].value == "grp.things"
 
 
 def test_io_manager_rejects_non_polars_and_bad_keys(tmp_path, monkeypatch):

@@ -295,16 +295,16 @@ def test_usage_sums_tokens_and_counts_hits(tmp_path):
     client, _ = make_client(config)
     requests = [req(f"q{i}", n=2) for i in range(3)]
     first = client.usage("generator", client.chat("generator", requests))
-    assert first["llm_requests"] == 3 and first["llm_samples"] == 6
-    assert first["llm_cache_hits"] == 0 and first["llm_new_calls"] == 6
-    assert (first["llm_tokens_in"], first["llm_tokens_out"]) == (60, 30)
-    assert first["llm_errors"] == 0
-    assert first["llm_est_cost_usd"] == pytest.approx((60 * 1000 + 30 * 2000) / 1e6)
+    assert first["llm/generator/requests"] == 3 and first["llm/generator/samples"] == 6
+    assert first["llm/generator/cache_hits"] == 0 and first["llm/generator/new_calls"] == 6
+    assert (first["llm/generator/tokens_in"], first["llm/generator/tokens_out"]) == (60, 30)
+    assert first["llm/generator/errors"] == 0
+    assert first["llm/generator/est_cost_usd"] == pytest.approx((60 * 1000 + 30 * 2000) / 1e6)
 
     second = client.usage("generator", client.chat("generator", requests + [req("fresh")]))
-    assert second["llm_requests"] == 4 and second["llm_samples"] == 7
-    assert second["llm_cache_hits"] == 6 and second["llm_new_calls"] == 1
-    assert (second["llm_tokens_in"], second["llm_tokens_out"]) == (70, 35)
+    assert second["llm/generator/requests"] == 4 and second["llm/generator/samples"] == 7
+    assert second["llm/generator/cache_hits"] == 6 and second["llm/generator/new_calls"] == 1
+    assert (second["llm/generator/tokens_in"], second["llm/generator/tokens_out"]) == (70, 35)
 
 
 # --------------------------------------------------------------------------- resume

@@ -148,7 +148,7 @@ def test_run_gives_one_outcome_per_item_and_sample_with_provenance(tmp_path):
                                    "prompt_version": TASK.version}
     assert out[2].raw_output is None and out[2].error == "boom"
     assert "query" in out[4].error and len(backend.jobs) == 2  # the item that could not be rendered was not sent
-    assert chat.usage()["judge_llm_requests"] == 2 and chat.usage()["llm_requests"] == 2
+    assert chat.usage()["llm/judge/requests"] == 2 and chat.usage()["llm/requests"] == 2
 
 
 def test_request_carries_schema_version_and_sampling_defaults():

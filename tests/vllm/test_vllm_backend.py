@@ -100,8 +100,9 @@ def test_whole_batch_in_one_call_with_n_samples_and_schema(client):
             assert obj["action"] in ("answer", "clarify") and len(obj["text"]) <= 40
         assert r.model == MODEL
     usage = client.usage("generator", results)
-    assert (usage["llm_requests"], usage["llm_samples"], usage["llm_new_calls"], usage["llm_errors"]) == (8, 24, 24, 0)
-    assert usage["llm_tokens_out"] == sum(r.tokens_out for r in results) > 0
+    assert (usage["llm/generator/requests"], usage["llm/generator/samples"], usage["llm/generator/new_calls"],
+            usage["llm/generator/errors"]) == (8, 24, 24, 0)
+    assert usage["llm/generator/tokens_out"] == sum(r.tokens_out for r in results) > 0
     with sqlite3.connect(client.config.cache_path) as con:
         assert con.execute("select count(*) from responses").fetchone()[0] == 24
 
@@ -155,7 +156,7 @@ def test_benchmark_asset_materialized_on_vllm(client, workdir, monkeypatch):
     assert q.filter(pl.col("status") == "ok").height >= 1  # schema-constrained replies parse
     meta = {k: getattr(v, "value", v) for ev in result.get_asset_materialization_events()
             for k, v in ev.step_materialization_data.materialization.metadata.items()}
-    assert meta["generator_llm_requests"] == 4 and meta["generator_llm_tokens_out"] > 0
+    assert meta["llm/generator/requests"] == 4 and meta["llm/generator/tokens_out"] > 0
     evaluations = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert evaluations.get("gx_single_turn_queries") is True, evaluations
     with duckdb.connect(str(workdir / "assets/warehouse.duckdb"), read_only=True) as con:

@@ -32,6 +32,7 @@ from dagster_project.io.writers import write_jsonl_atomic
 from dagster_project.lib.assets import group_asset, status_counts, upstream
 from dagster_project.lib.resources import LLMResource
 from dagster_project.lib.warehouse import ASSETS_DIR
+from dagster_project.llm.chat import usage_key
 from dagster_project.llm.client import LLMSession
 from dagster_project.llm.identity import cache_identity
 
@@ -73,7 +74,8 @@ def simulators_same_model(params: Params) -> bool:
 def usage(chat: LLMSession, n_queries: int) -> dict[str, Any]:
     """The session's usage and LLM samples (a request with n samples counts n) per query, all roles together."""
     meta = chat.usage()
-    return meta | {"llm_samples_per_query": round(meta["llm_samples"] / n_queries, 2) if n_queries else 0.0}
+    samples = meta[usage_key("samples")]
+    return meta | {usage_key("samples_per_query"): round(samples / n_queries, 2) if n_queries else 0.0}
 
 
 @dg.multi_asset(

@@ -8,7 +8,7 @@ statuses (llm.task.Status); inside a list it is spliced in (`["${statuses}", ski
 table (io.records.Quarantine) of the graph.
 
 Every check also holds the asset to `quality.max_error_rate` per partition (its Parquet rows' `status`) and
-per role (the `<role>_llm_requests` / `<role>_llm_errors` metadata of each partition's latest materialization):
+per role (the `llm/<role>/requests` / `llm/<role>/errors` metadata of each partition's latest materialization):
 an endpoint that is down for one method or one role fails the check even when the whole table's rate is low.
 """
 
@@ -37,13 +37,13 @@ from dagster_project.lib.warehouse import (
     partition_label,
     read_asset,
 )
+from dagster_project.llm.chat import parse_usage_key, usage_key
 from dagster_project.llm.task import STATUSES, Status
 
 SUITES_DIR = Path(__file__).resolve().parents[3] / "expectations"
 CONSTANTS: dict[str, Any] = {"statuses": list(STATUSES)}
 TEMPLATE = "*/*_rejected"
 _REF = re.compile(r"^\$\{([\w.]+)\}$")
-_ROLE_ERRORS = re.compile(r"^(.+)_llm_errors$")
 
 
 @dataclass(frozen=True)
@@ -169,9 +169,10 @@ def role_error_counts(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[st
     counts: dict[str, tuple[int, int]] = {}
     for partition, meta in latest.items():
         for name, errors in meta.items():
-            if (m := _ROLE_ERRORS.match(name)) and f"{m.group(1)}_llm_requests" in meta:
-                label = f"{partition}: {m.group(1)}" if partition else m.group(1)
-                counts[label] = (int(_value(errors)), int(_value(meta[f"{m.group(1)}_llm_requests"])))
+            role, metric = parse_usage_key(name) or (None, "")
+            if role and metric == "errors" and (requests := usage_key("requests", role)) in meta:
+                label = f"{partition}: {role}" if partition else role
+                counts[label] = (int(_value(errors)), int(_value(meta[requests])))
     return counts
 
 
