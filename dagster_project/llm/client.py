@@ -249,7 +249,8 @@ class LLMClient:
 
         def report() -> None:
             rate = sink.done / max(time.monotonic() - t0, 1e-9)
-            say(f"{label}: {sink.done}/{len(pending)} generated ({sink.errors} errors, {rate:.2f} req/s)")
+            with tqdm.external_write_mode(file=sys.stderr):  # clears the bar, writes, redraws it below
+                say(f"{label}: {sink.done}/{len(pending)} generated ({sink.errors} errors, {rate:.2f} req/s)")
 
         if hasattr(backend, "generate_each"):
             # every job in flight at once; answers are committed every `step` completions (and at the end),

@@ -153,3 +153,22 @@ def test_report_shows_the_validation_round_kappa_and_r():
     text = render_report(replace(inputs, validation=agreement_table(summary, "data/benchmark/review_sheet_example.csv")))
     assert "filled review sheet `data/benchmark/review_sheet_example.csv` (9 of 11 rows matched" in text
     assert "| human | 20 | 14 | 3 | 3 | 0 | 0 | 11 | 0.64 | 0.35 | 11 | 0.22 |" in text
+
+
+def test_accuracy_by_turn_plot_has_integer_turn_ticks_and_a_legend_outside_the_axes():
+    import matplotlib.pyplot as plt
+
+    from dagster_project.core.clarifymt.report import accuracy_by_turn_figure
+
+    by_turn = _inputs().metric_tables.filter(pl.col("breakdown") == "by_turn")
+    fig = accuracy_by_turn_figure(by_turn, lambda r: r["method"])
+    try:
+        ax = fig.axes[0]
+        assert list(ax.get_xticks()) == [1, 2]  # the turns, not 1.0, 1.2, ... 2.0
+        fig.canvas.draw()
+        legend = ax.get_legend().get_window_extent()
+        axes = ax.get_window_extent()
+        assert len(ax.get_legend().get_texts()) == 3  # one entry per method
+        assert legend.x0 >= axes.x1 or legend.y1 <= axes.y0, (legend, axes)  # right of or below the plot area
+    finally:
+        plt.close(fig)

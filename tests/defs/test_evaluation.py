@@ -315,6 +315,24 @@ def test_external_datasets_run_through_every_method(tmp_path, monkeypatch):
     assert sorted(overall["dataset"].unique()) == ["clamber", "mine"]
 
 
+def test_external_datasets_alone_need_no_benchmark_outputs(tmp_path, monkeypatch):
+    """evaluation.datasets without clarifymt: the group runs on a fresh checkout where no benchmark asset exists."""
+    monkeypatch.chdir(tmp_path)
+    SCRIPTED["backend"] = ScriptedBackend(eval_responder)
+    external = {"clariq": {"format": "clariq", "path": str(REPO / "data/external/clariq_sample.tsv"), "limit": 3}}
+    defs = _defs(_params(tmp_path, methods=["base"], datasets=["clariq"], external=external, judge_pairs=[]))
+    graph = defs.resolve_asset_graph()
+    for name in ("predictions", "judge_scores", "pairwise_judgements"):
+        parents = {k.to_user_string() for k in graph.get(dg.AssetKey(["evaluation", name])).parent_keys}
+        assert "benchmark/persona_dialogues" not in parents, (name, parents)
+    results = materialize_group(defs, "evaluation", dg.DagsterInstance.ephemeral())
+    assert results and all(r.success for r in results), _checks(results)
+    assert not (tmp_path / "assets/benchmark").exists()
+    p = read_asset(tmp_path / "assets", "evaluation", "predictions")
+    assert set(p["dataset"]) == {"clariq"} and p.height > 0
+    assert (tmp_path / "assets/evaluation/report/report.html").exists()
+
+
 def test_missing_external_file_fails_with_its_name(tmp_path, monkeypatch):
     results = _build(tmp_path, monkeypatch, methods=["base"], datasets=["nope"], judge_pairs=[],
                      external={"nope": {"format": "clariq", "path": "missing/dev.tsv"}})
@@ -339,13 +357,16 @@ def test_clarify_report_prints_the_paths(tmp_path, monkeypatch):
     from dagster_project.cli import app
 
     monkeypatch.chdir(tmp_path)
-    assert CliRunner().invoke(app, ["report"]).exit_code == 1
+    index = tmp_path / "assets/index.html"
+    out = CliRunner().invoke(app, ["report"])
+    assert out.exit_code == 0 and out.stdout.splitlines() == [str(index)]  # nothing built: the index says so
     folder = tmp_path / "assets/evaluation/report"
     folder.mkdir(parents=True)
     (folder / "report.html").write_text("<html></html>")
     (folder / "report.md").write_text("# r")
     out = CliRunner().invoke(app, ["report"])
-    assert out.exit_code == 0 and out.stdout.splitlines() == [str(folder / "report.html"), str(folder / "report.md")]
+    assert out.exit_code == 0 and out.stdout.splitlines() == [str(index), str(folder / "report.html"),
+                                                              str(folder / "report.md")]
 
 
 def test_materialize_rejects_an_unknown_partition(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import base64
 import io
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -250,9 +250,32 @@ def _png(fig) -> bytes:
 
     buf = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=110)
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")  # keeps a legend placed outside the axes
     plt.close(fig)
     return buf.getvalue()
+
+
+def _legend_outside(ax) -> None:
+    """The legend right of the axes, so it never covers bars or points (the saved PNG is cropped to fit it)."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+
+
+def accuracy_by_turn_figure(by_turn: pl.DataFrame, label: Callable[[dict], str]):
+    """One line per dataset x subject x method over metric_tables' by_turn rows; x ticks are the turns (integers)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for (d, s, meth), g in by_turn.group_by(["dataset", "subject", "method"], maintain_order=True):
+        g = g.sort("turn")
+        ax.plot(g["turn"].to_list(), (g["accuracy"] * 100).to_list(), marker="o",
+                label=label({"dataset": d, "subject": s, "method": meth}))
+    ax.set_xticks(sorted(int(t) for t in by_turn["turn"].drop_nulls().unique()))
+    ax.set(xlabel="turn", ylabel="accuracy (%)", ylim=(0, 100), title="Clarification accuracy by turn")
+    _legend_outside(ax)
+    return fig
 
 
 def report_plots(inputs: ReportInputs) -> dict[str, bytes]:
@@ -280,7 +303,7 @@ def report_plots(inputs: ReportInputs) -> dict[str, bytes]:
             ax.bar(x + i * width - 0.4 + width / 2, np.array(vals, dtype=float) * 100, width, label=label(r))
         ax.set_xticks(x, [*PERSONA_ABBR.values(), "Avg"])
         ax.set(ylabel="accuracy (%)", ylim=(0, 100), title=f"Accuracy by persona, turn {inputs.comparison_turn}")
-        ax.legend(fontsize=7, ncol=3)
+        _legend_outside(ax)
         out["accuracy_by_persona.png"] = _png(fig)
     allt = cmp.filter(pl.col("scope") == "all_turns") if cmp.height else cmp
     if allt.height and allt["calls_per_turn"].is_not_null().any():
@@ -294,14 +317,8 @@ def report_plots(inputs: ReportInputs) -> dict[str, bytes]:
         out["calls_vs_accuracy.png"] = _png(fig)
     by_turn = m.filter(pl.col("breakdown") == "by_turn")
     if by_turn.height:
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        for (d, s, meth), g in by_turn.group_by(["dataset", "subject", "method"], maintain_order=True):
-            g = g.sort("turn")
-            ax.plot(g["turn"].to_list(), (g["accuracy"] * 100).to_list(), marker="o",
-                    label=label({"dataset": d, "subject": s, "method": meth}) if cmp.height else meth)
-        ax.set(xlabel="turn", ylabel="accuracy (%)", ylim=(0, 100), title="Clarification accuracy by turn")
-        ax.legend(fontsize=7)
-        out["accuracy_by_turn.png"] = _png(fig)
+        out["accuracy_by_turn.png"] = _png(accuracy_by_turn_figure(
+            by_turn, lambda r: label(r) if cmp.height else r["method"]))
     sub = m.filter(pl.col("breakdown") == "by_subtype_turn")
     if sub.height:
         groups = list(sub.group_by(["dataset", "subject", "method"], maintain_order=True))[:12]
@@ -343,7 +360,7 @@ def report_plots(inputs: ReportInputs) -> dict[str, bytes]:
                    [lookup.get((meth, s), np.nan) for s in subtypes], width, label=meth)
         ax.set_xticks(range(len(subtypes)), subtypes, fontsize=7, rotation=45)
         ax.set(ylabel="judge score (0-5)", ylim=(0, 5), title="Clarifying-question quality by subtype")
-        ax.legend(fontsize=7, ncol=3)
+        _legend_outside(ax)
         out["judge_by_subtype.png"] = _png(fig)
     return out
 

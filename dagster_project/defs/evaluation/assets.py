@@ -40,7 +40,20 @@ from dagster_project.lib.warehouse import ASSETS_DIR, read_asset
 
 GROUP = "evaluation"
 asset = group_asset(GROUP)
-DIALOGUE_INS = upstream("benchmark/persona_dialogues", "evaluation/external_dialogues")
+
+
+def dialogue_ins(params: Params) -> dict[str, dg.AssetIn]:
+    """The dialogue inputs: external_dialogues, plus the benchmark's persona_dialogues only when
+    evaluation.datasets names clarifymt (evaluating only external datasets needs no benchmark outputs)."""
+    refs = ["evaluation/external_dialogues"]
+    if BENCHMARK_DATASET in params.evaluation.datasets:
+        refs.insert(0, "benchmark/persona_dialogues")
+    return upstream(*refs)
+
+
+def _turns(params: Params, dialogues: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """Every evaluated turn from the dialogue inputs (keys as in dialogue_ins)."""
+    return evaluation_dialogues(params.evaluation, dialogues.get("persona_dialogues"), dialogues["external_dialogues"])
 
 
 def partitions_for(params: Params) -> dg.MultiPartitionsDefinition:
@@ -51,9 +64,8 @@ def partitions_for(params: Params) -> dg.MultiPartitionsDefinition:
     })
 
 
-def _messages(params: Params, persona_dialogues: pl.DataFrame, external_dialogues: pl.DataFrame) -> pl.DataFrame:
-    turns = evaluation_dialogues(params.evaluation, persona_dialogues, external_dialogues)
-    return turns.select("dataset", "dialogue_id", "turn", "messages")
+def _messages(params: Params, dialogues: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    return _turns(params, dialogues).select("dataset", "dialogue_id", "turn", "messages")
 
 
 @dg.multi_asset(
@@ -88,17 +100,19 @@ def external_dialogues(context: dg.AssetExecutionContext, params: dg.ResourcePar
 def build(params: Params) -> dg.Definitions:
     """The group's assets; the predictions partitions come from `params` (subjects x methods)."""
 
-    @asset(partitions_def=partitions_for(params), ins=DIALOGUE_INS)
+    ins = dialogue_ins(params)
+
+    @asset(partitions_def=partitions_for(params), ins=ins)
     def predictions(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
-                    llm: dg.ResourceParam[LLMResource], embedder: EmbedderResource, persona_dialogues: pl.DataFrame,
-                    external_dialogues: pl.DataFrame) -> pl.DataFrame:
+                    llm: dg.ResourceParam[LLMResource], embedder: EmbedderResource,
+                    **dialogues: pl.DataFrame) -> pl.DataFrame:
         """One row per (subject, method, dialogue turn): decision, question/answer, trace, LLM calls, status."""
         keys = context.partition_key.keys_by_dimension
         subject, method_name = keys["subject"], keys["method"]
         if subject not in params.llm.subjects:
             raise dg.Failure(description=f"subject {subject!r} is not in params.yaml llm.subjects "
                                          f"{sorted(params.llm.subjects)}: reload the code location")
-        turns = evaluation_dialogues(params.evaluation, persona_dialogues, external_dialogues)
+        turns = _turns(params, dialogues)
         chosen = sampled_dialogues(params.evaluation, turns)
         selected = turns.join(chosen, on=["dataset", "dialogue_id"], how="semi")
         method = build_method(method_name, params.evaluation, role=f"subject:{subject}")
@@ -112,17 +126,16 @@ def build(params: Params) -> dg.Definitions:
         })
         return out
 
-    return dg.Definitions(assets=[external_dialogues, predictions, judge_scores, pairwise_judgements,
-                                  metric_tables, method_comparison, report])
+    judge_ins = {**upstream("evaluation/predictions"), **ins}
+    return dg.Definitions(assets=[
+        external_dialogues, predictions, asset(judge_scores, name="judge_scores", ins=judge_ins),
+        asset(pairwise_judgements, name="pairwise_judgements", ins=judge_ins),
+        metric_tables, method_comparison, report])
 
 
-JUDGE_INS = {**upstream("evaluation/predictions"), **DIALOGUE_INS}
-
-
-@asset(ins=JUDGE_INS)
 def judge_scores(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
-                 llm: dg.ResourceParam[LLMResource], predictions: pl.DataFrame, persona_dialogues: pl.DataFrame,
-                 external_dialogues: pl.DataFrame) -> pl.DataFrame:
+                 llm: dg.ResourceParam[LLMResource], predictions: pl.DataFrame,
+                 **dialogues: pl.DataFrame) -> pl.DataFrame:
     """Generated clarifying questions vs the reference: LLM judge 0-5 on a per-subtype sample,
     token-F1 and BERTScore-F1 on every clarify turn where the method asked."""
     cfg = params.evaluation
@@ -131,7 +144,7 @@ def judge_scores(context: dg.AssetExecutionContext, params: dg.ResourceParam[Par
     def bertscore(candidates: list[str], references: list[str]) -> list[float]:
         return bertscore_f1(candidates, references, minilm_path(), cfg.bertscore_layers)
 
-    out = score_questions(chat, predictions, _messages(params, persona_dialogues, external_dialogues), cfg,
+    out = score_questions(chat, predictions, _messages(params, dialogues), cfg,
                           params.llm.role("judge").model, bertscore if cfg.bertscore else None)
     sampled = out.filter(pl.col("sampled"))
     context.add_output_metadata({
@@ -144,15 +157,14 @@ def judge_scores(context: dg.AssetExecutionContext, params: dg.ResourceParam[Par
     return out
 
 
-@asset(ins=JUDGE_INS)
 def pairwise_judgements(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                         llm: dg.ResourceParam[LLMResource], predictions: pl.DataFrame,
-                        persona_dialogues: pl.DataFrame, external_dialogues: pl.DataFrame) -> pl.DataFrame:
+                        **dialogues: pl.DataFrame) -> pl.DataFrame:
     """Win / tie / lose between two methods (evaluation.judge_pairs): their whole replies without a reference
     (pairwise_mode: output, as ClariLM) or their questions against the reference (reference_question), judged
     twice with the positions swapped: a win must hold in both orders."""
     chat = llm.session(context)
-    out = judge_pairs(chat, predictions, _messages(params, persona_dialogues, external_dialogues), params.evaluation,
+    out = judge_pairs(chat, predictions, _messages(params, dialogues), params.evaluation,
                       params.llm.role("judge").model)
     context.add_output_metadata({
         **chat.usage(), "mode": params.evaluation.pairwise_mode, "pairs": out.height,

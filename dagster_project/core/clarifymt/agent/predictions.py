@@ -23,11 +23,17 @@ KEEP = ["dataset", "dialogue_id", "query_id", "subtype", "persona", "turn", "ref
 DIALOGUE_COLUMNS = [*KEEP, "n_turns", "messages", "status", "error"]
 
 
-def evaluation_dialogues(cfg: EvaluationConfig, persona_dialogues: pl.DataFrame,
+def evaluation_dialogues(cfg: EvaluationConfig, persona_dialogues: pl.DataFrame | None,
                          external: pl.DataFrame) -> pl.DataFrame:
-    """The turns of every dataset in evaluation.datasets, in one schema, with a `dataset` column."""
-    bench = persona_dialogues.with_columns(dataset=pl.lit(BENCHMARK_DATASET))
-    frames = [bench.select(DIALOGUE_COLUMNS)] if BENCHMARK_DATASET in cfg.datasets else []
+    """The turns of every dataset in evaluation.datasets, in one schema, with a `dataset` column.
+
+    persona_dialogues (the benchmark's) is read only when evaluation.datasets names clarifymt; None otherwise."""
+    frames = []
+    if BENCHMARK_DATASET in cfg.datasets:
+        if persona_dialogues is None:
+            raise ValueError(f"evaluation.datasets names {BENCHMARK_DATASET!r} but benchmark/persona_dialogues "
+                             "was not given")
+        frames.append(persona_dialogues.with_columns(dataset=pl.lit(BENCHMARK_DATASET)).select(DIALOGUE_COLUMNS))
     frames.append(external.filter(pl.col("dataset").is_in(cfg.datasets)).select(DIALOGUE_COLUMNS))
     return pl.concat(frames, how="vertical_relaxed")
 

