@@ -78,8 +78,6 @@ def group_stages(defs, group: str) -> list[tuple[object, list]]:
 def _stage_runs(graph, pdef, keys: list, partitions: list[str] | None, instance) -> list[tuple[str | None, dict]]:
     """(partition key, run tags) per run of one stage: one run per key, or, when every asset of the stage has a
     single-run backfill policy, one run per consecutive range of keys (each run reads its inputs once)."""
-    import dagster as dg
-
     from dagster_project.defs.logs.partitions import key_ranges, range_tags
 
     if pdef is None:
@@ -92,8 +90,8 @@ def _stage_runs(graph, pdef, keys: list, partitions: list[str] | None, instance)
             names = ", ".join(k.to_user_string() for k in keys)
             raise ValueError(f"unknown partition(s) {unknown} for {names}; known: {order}")
         wanted = [k for k in order if k in partitions]
-    policies = {getattr(graph.get(k).backfill_policy, "policy_type", None) for k in keys}
-    if policies == {dg.BackfillPolicyType.SINGLE_RUN}:
+    policies = [graph.get(k).backfill_policy for k in keys]
+    if all(p is not None and p.max_partitions_per_run is None for p in policies):  # BackfillPolicy.single_run()
         return [(None, range_tags(first, last)) for first, last in key_ranges(order, wanted)]
     return [(pk, {}) for pk in wanted]
 

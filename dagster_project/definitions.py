@@ -13,6 +13,7 @@ from dagster_project.defs.evaluation import assets as evaluation
 from dagster_project.defs.facets import assets as facets
 from dagster_project.defs.intents import assets as intents
 from dagster_project.defs.logs import assets as logs
+from dagster_project.defs.logs.automation import with_refresh
 from dagster_project.defs.quality.checks import build_checks
 from dagster_project.defs.questions import assets as questions
 from dagster_project.defs.retrieval import assets as retrieval
@@ -23,10 +24,14 @@ from dagster_project.lib.warehouse import WarehouseIOManager
 def build_definitions(params: Params, llm: LLMResource | None = None,
                       embedder: dg.ConfigurableResource | None = None) -> dg.Definitions:
     """Every group's assets, the GX checks, and the resources built from `params` (tests pass fakes)."""
+    log_defs = logs.build(params)
+    clarilm, refresh = with_refresh(
+        [*dg.load_assets_from_modules([questions, facets, annotations]), *(log_defs.assets or [])], logs.GROUP,
+        params.logs.sensor_interval_s)
     graph = dg.Definitions.merge(
-        dg.Definitions(assets=dg.load_assets_from_modules(
-            [questions, facets, annotations, benchmark, double_turn, intents, retrieval])),
-        logs.build(params),
+        dg.Definitions(assets=[*clarilm, *dg.load_assets_from_modules([benchmark, double_turn, intents, retrieval])],
+                       sensors=[refresh] if refresh else []),
+        dg.Definitions(jobs=log_defs.jobs, sensors=log_defs.sensors),
         evaluation.build(params),
     )
     keys = {k for a in graph.assets or [] for k in a.keys}

@@ -7,7 +7,6 @@ from pathlib import Path
 import dagster as dg
 import numpy as np
 import polars as pl
-import pytest
 import yaml
 from fakes import ScriptedBackend, scripted_llm
 

@@ -69,7 +69,7 @@ def evaluate(context: dg.SensorEvaluationContext, cfg: LogsConfig, job_name: str
     tick = hashlib.sha256(cursor.encode()).hexdigest()[:16]
     runs = [dg.RunRequest(run_key=f"{tick}:{first}..{last}", job_name=job_name, tags=range_tags(first, last))
             for first, last in key_ranges(order, days)]
-    context.log.info(f"{len(files)} file(s) changed: days {sorted(days)[0]}..{sorted(days)[-1]} "
+    context.log.info(f"{len(files)} file(s) changed: days {min(days)}..{max(days)} "
                      f"({len(days)}), {len(added)} new, {len(runs)} run(s)")
     return dg.SensorResult(run_requests=runs, cursor=cursor,
                            dynamic_partitions_requests=[LOG_DAYS.build_add_request(added)] if added else [])
