@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _common import BenchResult, ratio, say  # noqa: E402
+from _common import BenchResult, ratio, say
 
 DAYS = 30
 TURNS = 5  # per conversation: user, assistant, user, assistant, user

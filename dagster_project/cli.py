@@ -136,10 +136,10 @@ def _default_partitions(group: str, params: str) -> list[str] | None:
 
 def _log_days(params: str) -> list[str]:
     """The log days that have records within logs.date_from / date_to (one streamed pass over logs.paths)."""
-    from dagster_project.core.clarilm.logs import days_to_ingest
+    from dagster_project.defs.logs.assets import days_to_materialize
 
     try:
-        days, counts = days_to_ingest(load_params(params).logs)
+        days, counts = days_to_materialize(load_params(params).logs)
     except ValueError as err:  # io.records.InputFileError is a ValueError too
         console.print(str(err), style="red", markup=False)
         raise typer.Exit(2) from None

@@ -10,16 +10,18 @@ its day, writing one Parquet file per day.
 
 import time
 import warnings
+from collections import Counter
 from datetime import date
 
 import dagster as dg
 import polars as pl
 
-from dagster_project.config import Params
+from dagster_project.config import LogsConfig, Params
 from dagster_project.core.clarilm.extraction import NOT_IN_LOG, extract_day
 from dagster_project.core.clarilm.logs import (
     PREFILTER_REASONS,
     SOURCES,
+    days_to_ingest,
     dropped_by_length,
     ledger,
     load_days,
@@ -42,6 +44,12 @@ warnings.filterwarnings("ignore", r"Parameter `backfill_policy`", dg.BetaWarning
 def _run_days(context: dg.AssetExecutionContext) -> list[str]:
     """The run's partition keys: one day, or every day of a single-run backfill's range."""
     return list(context.partition_keys)
+
+
+def days_to_materialize(cfg: LogsConfig) -> tuple[list[str], Counter[date]]:
+    """The log days with records within logs.date_from / date_to (what `clarify materialize logs` registers and
+    runs), and every day's record count: one streamed pass over logs.paths."""
+    return days_to_ingest(cfg)
 
 
 def by_day(df: pl.DataFrame, keys: list[str]) -> dict[str, pl.DataFrame]:
