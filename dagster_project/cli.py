@@ -83,41 +83,56 @@ def group_stages(defs, group: str) -> list[tuple[object, list]]:
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
+def _stage_runs(graph, pdef, keys: list, partitions: list[str] | None, instance) -> list[tuple[str | None, dict]]:
+    """(partition key, run tags) per run of one stage: one run per key, or, when every asset of the stage has a
+    single-run backfill policy, one run per consecutive range of keys (each run reads its inputs once)."""
+    from dagster_project.defs.logs.partitions import key_ranges, range_tags
+
+    if pdef is None:
+        return [(None, {})]
+    order = pdef.get_partition_keys(dynamic_partitions_store=instance)
+    wanted = order
+    if partitions:
+        unknown = sorted(set(partitions) - set(order))
+        if unknown:
+            names = ", ".join(k.to_user_string() for k in keys)
+            raise ValueError(f"unknown partition(s) {unknown} for {names}; known: {order}")
+        wanted = [k for k in order if k in partitions]
+    policies = [graph.get(k).backfill_policy for k in keys]
+    if all(p is not None and p.max_partitions_per_run is None for p in policies):  # BackfillPolicy.single_run()
+        return [(None, range_tags(first, last)) for first, last in key_ranges(order, wanted)]
+    return [(pk, {}) for pk in wanted]
+
+
 def materialize_group(defs, group: str, instance, partitions: list[str] | None = None,
                       say=lambda m: None, tags: dict[str, str] | None = None, log_level: str = "info") -> list:
     """Materialize every asset of a group in one process: unpartitioned stages as one run each, partitioned
-    stages as one run per partition key (all keys, or only ``partitions``). Stops after the first stage
-    with a failed run. Returns the runs' results (all succeeded = the group is built); every run is
-    recorded in ``instance``, so it shows in the UI, with ``tags`` beside the process tags. Dagster's console
-    logger prints events at ``log_level`` and above (its default, debug, prints every engine event); the
-    instance's event log keeps them all."""
+    stages as one run per partition key (all keys, or only ``partitions``), or one run per range of keys where
+    the assets have a single-run backfill policy. Stops after the first stage with a failed run. Returns the
+    runs' results (all succeeded = the group is built); every run is recorded in ``instance``, so it shows in
+    the UI, with ``tags`` beside the process tags. Dagster's console logger prints events at ``log_level`` and
+    above (its default, debug, prints every engine event); the instance's event log keeps them all."""
+    from dagster_project.defs.logs.partitions import RANGE_END_TAG, RANGE_START_TAG
+
     job = defs.resolve_implicit_global_asset_job_def()
+    graph = defs.resolve_asset_graph()
     stages = group_stages(defs, group)
     if not stages:
         say(f"no assets in group {group!r}")
         return []
-    plan = []  # (asset keys, partition keys) per stage, validated before anything runs
-    for pdef, keys in stages:
-        runs: list = [None]
-        if pdef is not None:
-            runs = pdef.get_partition_keys(dynamic_partitions_store=instance)
-            if partitions:
-                unknown = sorted(set(partitions) - set(runs))
-                if unknown:
-                    names = ", ".join(k.to_user_string() for k in keys)
-                    raise ValueError(f"unknown partition(s) {unknown} for {names}; known: {runs}")
-                runs = [k for k in runs if k in partitions]
-        plan.append((keys, runs))
+    # (asset keys, runs) per stage, validated before anything runs
+    plan = [(keys, _stage_runs(graph, pdef, keys, partitions, instance)) for pdef, keys in stages]
     run_config = {"loggers": {"console": {"config": {"log_level": log_level.upper()}}}}
     results = []
     for keys, runs in plan:
         names = ", ".join(k.to_user_string() for k in keys)
-        for pk in runs:
+        for pk, run_tags in runs:
             t0 = time.monotonic()
             result = job.execute_in_process(asset_selection=keys, partition_key=pk, instance=instance,
-                                            raise_on_error=False, tags={**(tags or {}), **process_tags()},
-                                            run_config=run_config)
-            say(f"{names}{f' [{pk}]' if pk else ''}: {'ok' if result.success else 'FAILED'} "
+                                            raise_on_error=False, run_config=run_config,
+                                            tags={**(tags or {}), **process_tags(), **run_tags})
+            label = pk or (f"{run_tags[RANGE_START_TAG]}..{run_tags[RANGE_END_TAG]}" if run_tags else "")
+            say(f"{names}{f' [{label}]' if label else ''}: {'ok' if result.success else 'FAILED'} "
                 f"({time.monotonic() - t0:.1f}s)")
             results.append(result)
         if not all(r.success for r in results):
@@ -131,7 +146,7 @@ def _default_partitions(group: str, params: str) -> list[str] | None:
 
 
 def _log_days(params: str) -> list[str]:
-    """The daily partitions of group `logs` that have records (a quick streamed pass over logs.paths)."""
+    """The log days that have records within logs.date_from / date_to (one streamed pass over logs.paths)."""
     from dagster_project.defs.logs.assets import days_to_materialize
 
     try:
@@ -145,6 +160,21 @@ def _log_days(params: str) -> list[str]:
     console.print(f"logs: {len(days)} days with records ({days[0]}..{days[-1]}), "
                   f"{sum(counts.values())} records in all", markup=False, highlight=False)
     return days
+
+
+def _sync_log_days(instance, group: str, days: list[str] | None, whole_group: bool) -> None:
+    """Register the log-day partitions a run needs: for `logs`, the days that have records (and, for a run of
+    every day, forget days that no longer have any); for other groups, the days stored in assets/logs/ (so a
+    group downstream of the logs reads every stored day, also after `dvc checkout` into a fresh DAGSTER_HOME)."""
+    from dagster_project.defs.logs.partitions import LOG_DAYS, register_days, stored_days
+
+    if group != "logs":
+        register_days(instance, stored_days(ASSETS_DIR))
+        return
+    register_days(instance, days or [])
+    if whole_group and days is not None:
+        for gone in sorted(set(instance.get_dynamic_partitions(LOG_DAYS.name)) - set(days)):
+            instance.delete_dynamic_partition(LOG_DAYS.name, gone)
 
 
 @app.command()
@@ -178,11 +208,13 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
 
     # prune only after a run of everything the group holds: not with --partition, nor with logs' date window
     whole_group = not partition and not (group == "logs" and (p.logs.date_from or p.logs.date_to))
-    partition = partition or _default_partitions(group, params)
+    discovered = _default_partitions(group, params)
+    partition = partition or discovered
     started = time.time()
     with dg.DagsterInstance.get() as instance:
         for run_id in sweep_orphaned_runs(instance):
             console.print(f"run {run_id}: its process is gone, marked failed", style="yellow", markup=False)
+        _sync_log_days(instance, group, discovered, whole_group)
         try:
             results = materialize_group(defs, group, instance, partition,
                                         say=lambda m: console.print(m, markup=False, highlight=False),

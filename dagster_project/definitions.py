@@ -13,6 +13,7 @@ from dagster_project.defs.evaluation import assets as evaluation
 from dagster_project.defs.facets import assets as facets
 from dagster_project.defs.intents import assets as intents
 from dagster_project.defs.logs import assets as logs
+from dagster_project.defs.logs.automation import with_refresh
 from dagster_project.defs.quality.checks import build_checks
 from dagster_project.defs.questions import assets as questions
 from dagster_project.defs.retrieval import assets as retrieval
@@ -25,10 +26,14 @@ def build_definitions(params: Params, llm: LLMResource | None = None,
                       embedder: dg.ConfigurableResource | None = None) -> dg.Definitions:
     """Every group's assets (each with a code_version from its code and prompts), the GX checks, and the
     resources built from `params` (tests pass fakes)."""
+    log_defs = logs.build(params)
+    clarilm, refresh = with_refresh(
+        [*dg.load_assets_from_modules([questions, facets, annotations]), *(log_defs.assets or [])], logs.GROUP,
+        params.logs.sensor_interval_s)
     graph = with_code_versions(dg.Definitions.merge(
-        dg.Definitions(assets=dg.load_assets_from_modules(
-            [questions, facets, annotations, benchmark, double_turn, intents, retrieval])),
-        logs.build(params),
+        dg.Definitions(assets=[*clarilm, *dg.load_assets_from_modules([benchmark, double_turn, intents, retrieval])],
+                       sensors=[refresh] if refresh else []),
+        dg.Definitions(jobs=log_defs.jobs, sensors=log_defs.sensors),
         evaluation.build(params),
     ))
     keys = {k for a in graph.assets or [] for k in a.keys}

@@ -26,10 +26,10 @@ class LogsConfig(Strict):
                                                       "data/logs/*.jsonl.gz", "data/logs/*.parquet"])
     max_message_chars: int = Field(20_000, gt=0)
     default_log_date: str | None = None  # ISO date for records without a timestamp; null -> file mtime
-    partition_start: str = "2024-01-01"  # first daily partition of the logs group
     date_from: str | None = None  # `clarify materialize logs` ingests only days in [date_from, date_to]
     date_to: str | None = None
     read_batch_size: int = Field(10_000, gt=0)
+    sensor_interval_s: int = Field(60, ge=5)  # how often the logs_new_files sensor looks at logs.paths
     # FM-LOG signals to mine (core/clarilm/logs.SOURCES): the paper's user refinements and/or assistant questions
     sources: list[Literal["user_refinement", "assistant_asked"]] = Field(
         default_factory=lambda: ["user_refinement", "assistant_asked"], min_length=1)
@@ -39,7 +39,7 @@ class LogsConfig(Strict):
 
     @model_validator(mode="after")
     def _dates(self) -> LogsConfig:
-        for key in ("default_log_date", "partition_start", "date_from", "date_to"):
+        for key in ("default_log_date", "date_from", "date_to"):
             _iso_date(getattr(self, key), f"logs.{key}")
         if not self.paths:
             raise ValueError("logs.paths must list at least one file or glob pattern")

@@ -17,6 +17,7 @@ import csv
 import gzip
 import io
 import json
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -138,9 +139,25 @@ def _bad_text(obj: Any, max_chars: int) -> tuple[str, str, str] | None:
     return None
 
 
-def _object(file: str, number: int, obj: Any, raw: str, max_chars: int) -> Record:
-    """A parsed value as a record: not an object, bad text, or usable."""
-    if (bad := _bad_text(obj, max_chars)) is not None:
+def _plain(text: str, max_chars: int) -> bool:
+    """True when no value parsed from the JSON `text` can hold bad text: no longer than max_chars (no value is
+    longer than its source), valid UTF-8, and no \\uD800-\\uDFFF escape (which decodes to a lone surrogate)."""
+    if len(text) > max_chars or _SURROGATE_ESCAPE.search(text):
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _object(file: str, number: int, obj: Any, raw: str, max_chars: int, text: str | None = None) -> Record:
+    """A parsed value as a record: not an object, bad text, or usable. With the value's JSON `text`, the walk
+    over every string is skipped when the text alone shows none can be bad (the common case, ~2x faster reads)."""
+    if (text is None or not _plain(text, max_chars)) and (bad := _bad_text(obj, max_chars)) is not None:
         return Record(file, number, raw=_valid_text(raw), problem=bad[0], detail=bad[2], field=bad[1])
     if not isinstance(obj, dict):
         return Record(file, number, obj, raw, problem="not_an_object",
@@ -164,7 +181,7 @@ def _parse(file: str, number: int, data: bytes | str, max_chars: int) -> Record:
     except (ValueError, RecursionError) as e:  # JSONDecodeError, huge integers, absurd nesting
         detail = f"{e.msg} at char {e.pos}" if isinstance(e, json.JSONDecodeError) else str(e)[:200]
         return Record(file, number, raw=text[:RAW_SNIPPET], problem="invalid_json", detail=detail or type(e).__name__)
-    return _object(file, number, obj, text[:RAW_SNIPPET], max_chars)
+    return _object(file, number, obj, text[:RAW_SNIPPET], max_chars, text)
 
 
 def _jsonl(path: Path, file: str, max_chars: int) -> Iterator[Record]:
@@ -182,7 +199,7 @@ def _json_array(path: Path, file: str, max_chars: int) -> Iterator[Record]:
             if value is UNPARSED:
                 yield _parse(file, number, text, max_chars)
             else:
-                yield _object(file, number, value, text[:RAW_SNIPPET], max_chars)
+                yield _object(file, number, value, text[:RAW_SNIPPET], max_chars, text)
 
 
 def _json_document(path: Path, file: str, suffix: str, max_chars: int) -> Iterator[Record]:

@@ -257,7 +257,8 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
     catalog metadata (row count, column schema, preview: lib/catalog.py) on every materialization.
 
     Partitioned assets: one file per partition, assets/<group>/<asset>/<partition>.parquet, and the view
-    is the union of all partitions. A downstream asset that reads a partitioned one gets the partitions
+    is the union of all partitions. A run over a partition range (BackfillPolicy.single_run) returns
+    {partition key: frame} and gets one file per key. A downstream asset that reads a partitioned one gets the partitions
     Dagster asks for concatenated; partitions not materialized yet are skipped with a warning.
     """
 
@@ -277,27 +278,53 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             raise ValueError(f"asset key {key.to_user_string()} must be <group>/<asset>")
         return asset_path(self.base_dir, *key.path)
 
-    def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame) -> None:
-        if not isinstance(obj, pl.DataFrame):
-            raise TypeError(f"{context.asset_key.to_user_string()}: assets must return a polars DataFrame")
+    def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame | dict[str, pl.DataFrame]) -> None:
+        name = context.asset_key.to_user_string()
         self._path(context.asset_key)  # validates the key
         view = ".".join(context.asset_key.path)
         if context.has_asset_partitions:
-            key = self._key(context, context.asset_partition_key)
-            path = partition_path(self.base_dir, *context.asset_key.path, key)
+            frames = self._by_partition(context, obj)
             folder = partition_dir(self.base_dir, *context.asset_key.path)
             migrate_legacy_partitions(folder)
-            write_parquet_atomic(strip_partition_columns(obj, partition_values(folder, path),
-                                                         context.asset_key.to_user_string()), path)
-            register_views(self.db_path, {view: partition_dir(self.base_dir, *context.asset_key.path)})
-            context.add_output_metadata({**table_metadata(obj, context.asset_key.to_user_string()),
-                                         "path": str(path), "view": view, "partition": str(context.asset_partition_key)})
+            paths = []
+            for key, df in frames.items():
+                path = partition_path(self.base_dir, *context.asset_key.path, self._key(context, key))
+                write_parquet_atomic(strip_partition_columns(df, partition_values(folder, path), name), path)
+                paths.append(path)
+            register_views(self.db_path, {view: folder})
+            keys = [str(k) for k in frames]
+            meta = table_metadata(next(iter(frames.values())), name)  # a range: first day's schema, rows of all
+            if len(frames) > 1:
+                meta = {**meta, "dagster/row_count": sum(df.height for df in frames.values())}
+                meta.pop("preview", None)
+            context.add_output_metadata({**meta, "view": view,
+                                         **({"path": str(paths[0]), "partition": keys[0]} if len(keys) == 1 else
+                                            {"path": str(folder), "partitions": len(keys),
+                                             "partition_range": f"{keys[0]}..{keys[-1]}"})})
             return
+        if not isinstance(obj, pl.DataFrame):
+            raise TypeError(f"{name}: assets must return a polars DataFrame")
         path = self._path(context.asset_key)
         write_parquet_atomic(obj, path)
         register_views(self.db_path, {view: path})
         context.add_output_metadata({**table_metadata(obj, context.asset_key.to_user_string()),
                                      "path": str(path), "view": view})
+
+    @staticmethod
+    def _by_partition(context: dg.OutputContext, obj: object) -> dict[str, pl.DataFrame]:
+        """{partition key: frame} for a partitioned output: a run of one partition may return a bare frame; a run
+        of a partition range (a single-run backfill) returns a dict holding exactly the run's keys."""
+        name = context.asset_key.to_user_string()
+        keys = list(context.asset_partition_keys)
+        if isinstance(obj, pl.DataFrame) and len(keys) == 1:
+            return {keys[0]: obj}
+        if not isinstance(obj, dict):
+            raise TypeError(f"{name}: a run of {len(keys)} partitions must return a dict {{partition key: polars "
+                            f"DataFrame}}, got {type(obj).__name__}")
+        if set(obj) != set(keys) or not all(isinstance(v, pl.DataFrame) for v in obj.values()):
+            raise ValueError(f"{name}: the returned partitions {sorted(map(str, obj))[:5]} must be exactly the run's "
+                             f"{sorted(map(str, keys))[:5]} ({len(keys)} keys), each a polars DataFrame")
+        return {k: obj[k] for k in keys}
 
     def load_input(self, context: dg.InputContext) -> pl.DataFrame:
         name = context.asset_key.to_user_string()

@@ -7,7 +7,6 @@ from pathlib import Path
 import dagster as dg
 import numpy as np
 import polars as pl
-import pytest
 import yaml
 from fakes import ScriptedBackend, scripted_llm
 
@@ -16,6 +15,7 @@ from dagster_project.core.clarilm.logs import days_to_ingest
 from dagster_project.defs.annotations import assets as annotations
 from dagster_project.defs.facets import assets as facets
 from dagster_project.defs.logs import assets as logs
+from dagster_project.defs.logs.partitions import range_tags, register_days
 from dagster_project.defs.quality.checks import build_checks, load_suite, validate_frame
 from dagster_project.defs.questions import assets as questions
 from dagster_project.lib.warehouse import WarehouseIOManager, read_asset
@@ -108,8 +108,9 @@ def _group(module) -> str:
     return module.__name__.split(".")[-2]
 
 
-def _run(tmp_path, monkeypatch, modules, responder=clarilm_responder, fail=None, **sections):
-    """Materialize the `logs` group one day partition at a time (the days that have records), then the rest."""
+def _run(tmp_path, monkeypatch, modules, responder=clarilm_responder, fail=None, per_day=False, **sections):
+    """Materialize the `logs` group over the days that have records (registered as log-day partitions) in one
+    run over the range, or one run per day with per_day; then the rest."""
     monkeypatch.chdir(tmp_path)
     if not (tmp_path / "data").exists():
         shutil.copytree(REPO / "data", tmp_path / "data", ignore=shutil.ignore_patterns("*.py"))
@@ -124,18 +125,20 @@ def _run(tmp_path, monkeypatch, modules, responder=clarilm_responder, fail=None,
         keys = {k for a in assets for k in a.keys if k.path[0] in group_names}
         return build_checks(keys)
 
-    days, _ = days_to_ingest(params.logs, logs.daily_partitions(params.logs).get_partition_keys())
+    instance = dg.DagsterInstance.ephemeral()
+    days, _ = days_to_ingest(params.logs)
+    register_days(instance, days)
     log_assets = list(log_defs.assets)
+    runs = [{"partition_key": d} for d in days] if per_day else [{"tags": range_tags(days[0], days[-1])}]
     results = [dg.materialize([*log_assets, *checks_of(log_assets, {logs.GROUP})], resources=resources,
-                              partition_key=day, raise_on_error=False)
-               for day in days]
+                              instance=instance, raise_on_error=False, **run) for run in runs]
     rest = [m for m in modules if m is not logs]
     if rest:
         every = [*log_assets, *dg.load_assets_from_modules(rest)]
         results.append(dg.materialize(
             [*every, *checks_of(every, groups - {logs.GROUP})],
             selection=dg.AssetSelection.groups(*(_group(m) for m in rest)), resources=resources,
-            raise_on_error=False))
+            instance=instance, raise_on_error=False))
     return _Runs(results)
 
 
@@ -154,7 +157,7 @@ def test_logs_group_on_the_shipped_sample(tmp_path, monkeypatch):
     assert result.success
     assert {"gx_raw_logs", "gx_raw_logs_rejected", "gx_raw_logs_ledger", "gx_log_candidates",
             "gx_log_clarifications"} <= _checks_pass(result)
-    assert len(result.results) == 3  # one run per day with records: 2024-05-01..03
+    assert len(result.results) == 1  # one run over the days with records, 2024-05-01..03, one file per day
     assert sorted(p.stem for p in (tmp_path / "assets/logs/raw_logs").glob("*.parquet")) == [
         "2024-05-01", "2024-05-02", "2024-05-03"]
     raw = _read(tmp_path, "logs", "raw_logs")
@@ -206,15 +209,33 @@ def test_ledger_check_fails_when_a_quarantined_record_goes_missing(tmp_path, mon
         "02 read = kept + rejected, per file and day, from the stored partitions"]
 
 
-def test_days_outside_the_partitions_are_an_error_not_a_silent_skip(tmp_path, monkeypatch):
+def test_only_days_with_records_in_the_window_are_ingested(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     shutil.copytree(REPO / "data", tmp_path / "data", ignore=shutil.ignore_patterns("*.py"))
     cfg = load_params(_params(tmp_path)).logs
-    keys = dg.DailyPartitionsDefinition(start_date="2024-05-02").get_partition_keys()
-    with pytest.raises(ValueError, match=r"records are dated 2024-05-01\.\.2024-05-01.*logs.partition_start"):
-        days_to_ingest(cfg, keys)
-    days, counts = days_to_ingest(cfg.model_copy(update={"date_from": "2024-05-02"}), keys)
+    assert days_to_ingest(cfg)[0] == ["2024-05-01", "2024-05-02", "2024-05-03"]
+    days, counts = days_to_ingest(cfg.model_copy(update={"date_from": "2024-05-02"}))
     assert days == ["2024-05-02", "2024-05-03"] and sum(counts.values()) == 50
+
+
+def _tables(root: Path) -> dict[str, dict[str, pl.DataFrame]]:
+    """{asset: {stored file name: rows}} of the logs group."""
+    return {name: {f.name: pl.read_parquet(f) for f in sorted((root / "assets/logs" / name).glob("*.parquet"))}
+            for name in ("raw_logs", "raw_logs_rejected", "raw_logs_ledger", "log_candidates", "log_clarifications")}
+
+
+def test_one_run_over_the_days_stores_the_same_rows_as_one_run_per_day(tmp_path, monkeypatch):
+    one, per_day = tmp_path / "one", tmp_path / "per_day"
+    for folder, flag in ((one, False), (per_day, True)):
+        folder.mkdir()
+        result = _run(folder, monkeypatch, [logs], per_day=flag)
+        assert result.success and len(result.results) == (3 if flag else 1)
+    a, b = _tables(one), _tables(per_day)
+    for name in a:
+        assert list(a[name]) == list(b[name]) == ["2024-05-01.parquet", "2024-05-02.parquet", "2024-05-03.parquet"]
+        assert sum(df.height for df in a[name].values()), name
+        for day in a[name]:  # paths in rows are relative to each run's folder, so they compare equal
+            assert a[name][day].equals(b[name][day]), (name, day)
 
 
 def test_logs_max_extractions_keeps_skipped_rows(tmp_path, monkeypatch):

@@ -1,5 +1,5 @@
-"""ClariLM §3.2.1 (FM-LOG data), step 1: chat logs -> one row per turn, read one day at a time, with a
-quarantine for malformed records and a ledger that reconciles read = kept + rejected; and the cheap
+"""ClariLM §3.2.1 (FM-LOG data), step 1: chat logs -> one row per turn, read once for any set of days and
+routed to each record's day, with a quarantine for malformed records and a ledger that reconciles read = kept + rejected; and the cheap
 clarification prefilter over those turns (no LLM). The extraction of tuples is in `extraction.py`.
 
 Files are streamed with io.records (one record at a time) and the ShareGPT / WildChat / OpenAI layouts
@@ -9,7 +9,7 @@ are io.formats.chat_logs; nothing here holds a whole log in memory.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -37,7 +37,7 @@ LEDGER_SCHEMA = {
 class ReadStats:
     """Counts that reconcile: records_read == conversations_kept + records_rejected.
 
-    With a partition day, records_read counts only that day's records; `other_dates` counts the records
+    With partition days, records_read counts only those days' records; `other_dates` counts the records
     skipped because they belong to another day, and `dates` counts every record of every day.
     """
 
@@ -49,7 +49,9 @@ class ReadStats:
     turns: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     dates: Counter[date] = field(default_factory=Counter)  # every record by its log_date
-    read_by_source: Counter[str] = field(default_factory=Counter)  # this day's records per file
+    read_by_source: Counter[str] = field(default_factory=Counter)  # the selected days' records per file
+    read_by_day: Counter[tuple[date, str]] = field(default_factory=Counter)  # (day, file) -> records read
+    file_dates: dict[str, Counter[date]] = field(default_factory=dict)  # file -> records per day (every day)
     file_records: Counter[str] = field(default_factory=Counter)  # every record the reader gave, per file
     file_counted: dict[str, int] = field(default_factory=dict)  # records per file by io.records.count_records
 
@@ -68,29 +70,35 @@ def _date(value: str | None) -> date | None:
 class _DayReader:
     """Sorts the records of one read into turns and quarantine rows, counting each under its day."""
 
-    def __init__(self, cfg: LogsConfig, day: date | None, stats: ReadStats):
-        self.cfg, self.day, self.stats = cfg, day, stats
+    def __init__(self, cfg: LogsConfig, days: frozenset[date] | None, stats: ReadStats):
+        self.cfg, self.days, self.stats = cfg, days, stats
         self.seen: set[str] = set()
         self.turns: list[dict[str, Any]] = []
         self.quarantine = Quarantine()
+        self.rejected_days: list[date] = []  # the log_date of each quarantine row, in order
 
     def flush(self) -> tuple[pl.DataFrame, pl.DataFrame]:
-        out = pl.DataFrame(self.turns, schema=TURN_SCHEMA), self.quarantine.frame()
-        self.turns, self.quarantine = [], Quarantine()
+        """The batch's turns, and its quarantine rows with their log_date as a last column."""
+        rejected = self.quarantine.frame().with_columns(log_date=pl.Series(self.rejected_days, dtype=pl.Date))
+        out = pl.DataFrame(self.turns, schema=TURN_SCHEMA), rejected
+        self.turns, self.quarantine, self.rejected_days = [], Quarantine(), []
         return out
 
     def mine(self, rec: Record, day: date) -> bool:
-        """Count the record under its day; True when it belongs to the day being read."""
+        """Count the record under its day; True when it belongs to a day being read."""
         self.stats.dates[day] += 1
-        if self.day is not None and day != self.day:
+        self.stats.file_dates.setdefault(rec.file, Counter())[day] += 1
+        if self.days is not None and day not in self.days:
             self.stats.other_dates += 1
             return False
         self.stats.records_read += 1
         self.stats.read_by_source[rec.file] += 1
+        self.stats.read_by_day[day, rec.file] += 1
         return True
 
-    def reject(self, rec: Record, reason: str, fld: str | None, detail: str | None) -> None:
+    def reject(self, rec: Record, reason: str, fld: str | None, detail: str | None, day: date) -> None:
         self.quarantine.add_record(rec, f"{reason}: {detail}" if detail else reason, fld)
+        self.rejected_days.append(day)
         self.stats.records_rejected += 1
         self.stats.reasons[reason] = self.stats.reasons.get(reason, 0) + 1
 
@@ -108,14 +116,14 @@ class _DayReader:
         if rec.problem is not None:
             reason = "wrong_type" if rec.problem == "not_an_object" else rec.problem
             if self.mine(rec, file_date):
-                self.reject(rec, reason, None, rec.detail)
+                self.reject(rec, reason, None, rec.detail, file_date)
             return
         assert fmt is not None
         try:
             conv = normalise_record(rec.data, fmt, self.cfg.max_message_chars)
         except Rejection as r:
             if self.mine(rec, file_date):
-                self.reject(rec, r.reason, r.field, r.detail)
+                self.reject(rec, r.reason, r.field, r.detail, file_date)
             return
         log_date = conv.timestamp.date() if conv.timestamp else file_date
         duplicate = conv.conversation_id in self.seen
@@ -123,24 +131,16 @@ class _DayReader:
         if not self.mine(rec, log_date):
             return
         if duplicate:
-            self.reject(rec, "duplicate_conversation_id", "id", f"conversation id {conv.conversation_id!r} seen before")
+            self.reject(rec, "duplicate_conversation_id", "id", f"conversation id {conv.conversation_id!r} seen before",
+                        log_date)
         else:
             self.keep(rec, position, fmt, conv, log_date)
 
 
-def read_logs(paths: list[Path], cfg: LogsConfig, day: date | None = None, stats: ReadStats | None = None
-              ) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
-    """Stream files -> (turns, quarantine) frames of at most logs.read_batch_size records each.
-
-    Only one batch of Python rows is alive at a time, so memory is bounded by the batch, not the log.
-    Conversation ids must be unique across all files and days (a repeat is quarantined, first one wins).
-    Every record gets one log_date: its timestamp's day, else the file's date (logs.default_log_date or
-    the file's mtime), which is also the day of a record rejected before its timestamp could be read.
-    With `day`, records of other days are counted in stats.other_dates and skipped. `record_index` is the
-    record's 0-based position in its file; the quarantine's `record` is io.records' 1-based number.
-    """
-    stats = stats if stats is not None else ReadStats()
-    reader = _DayReader(cfg, day, stats)
+def _batches(paths: list[Path], cfg: LogsConfig, days: frozenset[date] | None, stats: ReadStats
+             ) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
+    """read_logs' batches, the quarantine frame with each row's log_date as a last column (for routing)."""
+    reader = _DayReader(cfg, days, stats)
     in_batch = 0
     for path in paths:
         fmt: str | None = None
@@ -161,7 +161,28 @@ def read_logs(paths: list[Path], cfg: LogsConfig, day: date | None = None, stats
         yield reader.flush()
 
 
-def load_logs(paths: list[Path], cfg: LogsConfig, day: date | None = None
+def _days(day: date | Iterable[date] | None) -> frozenset[date] | None:
+    return None if day is None else frozenset([day]) if isinstance(day, date) else frozenset(day)
+
+
+def read_logs(paths: list[Path], cfg: LogsConfig, day: date | Iterable[date] | None = None,
+              stats: ReadStats | None = None) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
+    """Stream files -> (turns, quarantine) frames of at most logs.read_batch_size records each.
+
+    Only one batch of Python rows is alive at a time, so memory is bounded by the batch, not the log.
+    Conversation ids must be unique across all files and days (a repeat is quarantined, first one wins).
+    Every record gets one log_date: its timestamp's day, else the file's date (logs.default_log_date or
+    the file's mtime), which is also the day of a record rejected before its timestamp could be read.
+    With `day` (one date or several), records of other days are counted in stats.other_dates and skipped.
+    `record_index` is the record's 0-based position in its file; the quarantine's `record` is io.records'
+    1-based number.
+    """
+    stats = stats if stats is not None else ReadStats()
+    for turns, rejected in _batches(paths, cfg, _days(day), stats):
+        yield turns, rejected.drop("log_date")
+
+
+def load_logs(paths: list[Path], cfg: LogsConfig, day: date | Iterable[date] | None = None
               ) -> tuple[pl.DataFrame, pl.DataFrame, ReadStats]:
     """All batches concatenated (what the asset stores), with the read statistics."""
     stats = ReadStats()
@@ -171,31 +192,44 @@ def load_logs(paths: list[Path], cfg: LogsConfig, day: date | None = None
     return turns, rejected, stats
 
 
+def load_days(paths: list[Path], cfg: LogsConfig, days: Iterable[date]
+              ) -> tuple[dict[date, tuple[pl.DataFrame, pl.DataFrame]], ReadStats]:
+    """One pass over every file for several days at once: each day's (turns, quarantine), exactly what
+    load_logs(paths, cfg, day) gives for that day alone (every day asked for is present, empty or not)."""
+    wanted = frozenset(days)
+    stats = ReadStats()
+    frames = list(_batches(paths, cfg, wanted, stats))
+    turns = pl.concat([t for t, _ in frames])
+    rejected = pl.concat([r for _, r in frames])
+    by_turns = turns.partition_by("log_date", as_dict=True, maintain_order=True)
+    by_rejected = rejected.partition_by("log_date", as_dict=True, maintain_order=True, include_key=False)
+    return {d: (by_turns.get((d,), turns.clear()), by_rejected.get((d,), rejected.drop("log_date").clear()))
+            for d in sorted(wanted)}, stats
+
+
 def log_dates(paths: list[Path], cfg: LogsConfig) -> Counter[date]:
     """Records per log_date over every file (one streamed pass, nothing kept): the days that have data."""
+    return file_log_dates(paths, cfg)[0]
+
+
+def file_log_dates(paths: list[Path], cfg: LogsConfig) -> tuple[Counter[date], dict[str, Counter[date]]]:
+    """Records per log_date over every file, and per file (one streamed pass, nothing kept)."""
     stats = ReadStats()
-    for _ in read_logs(paths, cfg, None, stats):
+    for _ in _batches(paths, cfg, frozenset(), stats):
         pass
-    return stats.dates
+    return stats.dates, stats.file_dates
 
 
-def days_to_ingest(cfg: LogsConfig, partition_keys: list[str]) -> tuple[list[str], Counter[date]]:
-    """The partition keys that have records (within logs.date_from / date_to), and every day's record count.
-
-    Raises ValueError naming the days no partition can hold (before logs.partition_start, or not yet
-    closed), so no record is skipped silently."""
-    counts = log_dates(expand_paths(cfg.paths), cfg)
-    known = set(partition_keys)
+def in_window(cfg: LogsConfig, days: Iterable[date]) -> list[date]:
+    """The days within logs.date_from / date_to (inclusive; null: unbounded), sorted."""
     lo, hi = _date(cfg.date_from), _date(cfg.date_to)
-    wanted = {d for d in counts if (lo is None or d >= lo) and (hi is None or d <= hi)}
-    homeless = sorted(d for d in wanted if d.isoformat() not in known)
-    if homeless:
-        span = f"{partition_keys[0]}..{partition_keys[-1]}" if partition_keys else "none"
-        raise ValueError(
-            f"logs: {sum(counts[d] for d in homeless)} records are dated {homeless[0]}..{homeless[-1]}, outside the "
-            f"daily partitions ({span}): lower logs.partition_start, or wait until the day has ended, "
-            "or narrow logs.date_from / date_to")
-    return sorted(d.isoformat() for d in wanted), counts
+    return sorted(d for d in set(days) if (lo is None or d >= lo) and (hi is None or d <= hi))
+
+
+def days_to_ingest(cfg: LogsConfig) -> tuple[list[str], Counter[date]]:
+    """The days that have records within logs.date_from / date_to (ISO keys, sorted), and every day's count."""
+    counts = log_dates(expand_paths(cfg.paths), cfg)
+    return [d.isoformat() for d in in_window(cfg, counts)], counts
 
 
 def ledger(stats: ReadStats, day: date, turns: pl.DataFrame, rejected: pl.DataFrame) -> pl.DataFrame:
@@ -207,7 +241,7 @@ def ledger(stats: ReadStats, day: date, turns: pl.DataFrame, rejected: pl.DataFr
     rows = [{"log_date": day, "source": src, "source_format": stats.files.get(src), "records_read": n,
              "conversations_kept": kept.get(src, 0), "records_rejected": rej.get(src, 0),
              "file_records_read": stats.file_records.get(src, 0), "file_records_counted": stats.file_counted.get(src)}
-            for src, n in sorted(stats.read_by_source.items())]
+            for (d, src), n in sorted(stats.read_by_day.items()) if d == day]
     return pl.DataFrame(rows, schema=LEDGER_SCHEMA)
 
 
