@@ -384,7 +384,7 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
                 context.log.warning(f"{name}: {len(missing)} of {len(keys)} partitions not materialized, "
                                     f"skipped: {[str(k) for k in missing][:10]}")
             if (context.definition_metadata or {}).get(LAZY):
-                return {str(k): p for k, p in zip(keys, paths) if p.exists()}
+                return {str(k): p.resolve() for k, p in zip(keys, paths, strict=True) if p.exists()}
             folder = partition_dir(self.base_dir, *context.asset_key.path)
             return pl.concat([read_partition(folder, p) for p in present], how="diagonal_relaxed")
         path = self._path(context.asset_key)
