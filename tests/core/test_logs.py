@@ -11,6 +11,8 @@ import pytest
 from dagster_project.config import LogsConfig
 from dagster_project.core.clarilm.extraction import EXTRACT, EXTRACT_REFINEMENT, extract, in_log, parse_extraction
 from dagster_project.core.clarilm.logs import (
+    DayTally,
+    ReadStats,
     assistant_asked,
     dropped_by_length,
     ledger,
@@ -19,9 +21,11 @@ from dagster_project.core.clarilm.logs import (
     pass_rate,
     prefilter,
     read_logs,
+    stream_days,
+    tally_ledger,
     user_refinements,
 )
-from dagster_project.io.formats.chat_logs import expand_paths
+from dagster_project.io.formats.chat_logs import Rejection, _plain_turn, _turn, expand_paths
 from dagster_project.io.records import InputFileError
 from dagster_project.llm.chat import ChatResult
 
@@ -423,8 +427,6 @@ def test_ledger_of_a_day_without_records_is_empty(tmp_path):
 # --------------------------------------------------------------------------- streaming (one pass, bounded memory)
 
 def test_streamed_pieces_keep_conversations_whole_and_add_up_to_each_days_read(tmp_path):
-    from dagster_project.core.clarilm.logs import DayTally, ReadStats, stream_days, tally_ledger
-
     p = _jsonl(tmp_path / "s.jsonl", [_wc(f"c{i}", "q?", "which one do you mean?", "that one",
                                           ts=f"2024-05-0{1 + i % 3}T10:00:00Z") for i in range(7)]
                + [b"{broken", _wc("c0", "dup", "dup", ts="2024-05-02T10:00:00Z")])
@@ -451,8 +453,6 @@ def test_streamed_pieces_keep_conversations_whole_and_add_up_to_each_days_read(t
     {"from": "gpt", "value": "ok"},
 ])
 def test_the_fast_turn_check_agrees_with_the_full_one(turn):
-    from dagster_project.io.formats.chat_logs import Rejection, _plain_turn, _turn
-
     for fmt in ("wildchat", "sharegpt"):
         fast = _plain_turn(turn, fmt, 10)
         try:
