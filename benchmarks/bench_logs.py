@@ -8,8 +8,8 @@ day, prefilter; the LLM extraction is left out), then the same at 1/10 the size 
     .venv/bin/python benchmarks/run.py --only logs            # scale from $BENCH_LOGS_SCALE (default 1)
 
 Each size runs in its own process so its peak RSS (ru_maxrss) is its own. Reported: the day-discovery pass
-(`clarify materialize logs` does it before registering the days), the ingest run, turns/s of each, peak RSS,
-and big/small ratios. Goals: >= 100k turns/s, peak RSS of 10x the input within 1.5x. No timing asserts.
+(`clarify materialize logs` does it before registering the days), the ingest run, turns/s of each (wall clock, and
+per CPU second of the process, which a loaded machine distorts less), peak RSS, and big/small ratios. Goals: >= 100k turns/s, peak RSS of 10x the input within 1.5x. No timing asserts.
 """
 
 from __future__ import annotations
@@ -81,15 +81,15 @@ def child(folder: Path, n: int) -> dict[str, float]:
     register_days(instance, days)
     assets = list(logs.build(params).assets)
     io = WarehouseIOManager(base_dir=str(folder / "assets"), db_path=str(folder / "assets/warehouse.duckdb"))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     result = dg.materialize(assets, selection=dg.AssetSelection.assets(
         ["logs", "raw_logs"], ["logs", "raw_logs_rejected"], ["logs", "raw_logs_ledger"], ["logs", "log_candidates"]),
         resources={"params": params, "io_manager": io, "llm": LLMResource(params.llm)}, instance=instance, tags=range_tags(days[0], days[-1]))
-    ingest_s = time.perf_counter() - t0
+    ingest_s, ingest_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     mats = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey(["logs", "raw_logs"])]
     return {"conversations": n, "turns": TURNS * (n - n // 1000), "days": len(days), "records": sum(counts.values()),
             "raw_logs_materializations": len(mats), "runs": 1, "write_s": write_s, "discover_s": discover_s,
-            "ingest_s": ingest_s, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "ingest_s": ingest_s, "ingest_cpu_s": ingest_cpu_s, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def _run_child(n: int) -> dict[str, float]:
@@ -115,6 +115,8 @@ def bench_logs(scale: float | None = None) -> BenchResult:
         res.add(f"{label}_ingest_s", m["ingest_s"], f"{label}: ingest run (raw_logs + prefilter, 1 run)", "s",
                 f"{m['raw_logs_materializations']} day partitions")
         res.add(f"{label}_ingest_turns_per_s", turns / m["ingest_s"], f"{label}: ingest turns/s", "", "goal >= 100k")
+        res.add(f"{label}_ingest_turns_per_cpu_s", turns / m["ingest_cpu_s"], f"{label}: ingest turns per CPU second",
+                "", "this process's CPU time (all its threads): less sensitive to other load")
         res.add(f"{label}_discover_s", m["discover_s"], f"{label}: day discovery pass", "s",
                 f"{turns / m['discover_s']:,.0f} turns/s")
         res.add(f"{label}_end_to_end_turns_per_s", turns / (m["ingest_s"] + m["discover_s"]),

@@ -51,3 +51,55 @@ def write_jsonl_atomic(rows: pl.DataFrame | Iterable[dict[str, Any]], path: str 
                 f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
                 n += 1
         return n
+
+
+class PartitionWriters:
+    """Streams frames into one Parquet file per partition key under a staging folder: each key's rows are buffered
+    up to `row_group_rows` and written as one row group (a frame is never split across row groups, so rows that
+    must stay together, a conversation's turns, are read back together). Memory: keys x row_group_rows rows.
+    `close()` writes the keys that got no rows as empty files of `schema` and returns {key: staged file}."""
+
+    def __init__(self, folder: str | Path, keys: Iterable[str], schema: dict[str, Any], row_group_rows: int):
+        self.folder, self.keys, self.row_group_rows = Path(folder), list(keys), row_group_rows
+        self.schema = pl.DataFrame(schema=schema).to_arrow().schema
+        self.writers: dict[str, Any] = {}
+        self.buffers: dict[str, list[pl.DataFrame]] = {k: [] for k in self.keys}
+        self.rows = dict.fromkeys(self.keys, 0)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def path(self, key: str) -> Path:
+        return self.folder / f"{key}.parquet"
+
+    def write(self, key: str, df: pl.DataFrame) -> None:
+        """Add rows to `key`'s file (a row group is flushed once the buffer reaches row_group_rows)."""
+        if key not in self.buffers:
+            raise KeyError(f"partition {key!r} is not one of the {len(self.keys)} being written")
+        if df.height:
+            self.buffers[key].append(df)
+            self.rows[key] += df.height
+            if sum(b.height for b in self.buffers[key]) >= self.row_group_rows:
+                self._flush(key)
+
+    def _flush(self, key: str) -> None:
+        import pyarrow.parquet as pq
+
+        parts, self.buffers[key] = self.buffers[key], []
+        if not parts:
+            return
+        table = pl.concat(parts).to_arrow()
+        table = table if table.schema.equals(self.schema) else table.cast(self.schema)
+        if key not in self.writers:
+            self.writers[key] = pq.ParquetWriter(self.path(key), self.schema)
+        self.writers[key].write_table(table, row_group_size=max(table.num_rows, 1))
+
+    def close(self) -> dict[str, Path]:
+        """Flush every buffer, close every file, write empty files for keys without rows; {key: staged file}."""
+        import pyarrow.parquet as pq
+
+        for key in self.keys:
+            self._flush(key)
+            if key in self.writers:
+                self.writers.pop(key).close()
+            else:
+                pq.write_table(self.schema.empty_table(), self.path(key))
+        return {k: self.path(k) for k in self.keys}

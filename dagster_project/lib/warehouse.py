@@ -6,15 +6,18 @@ partition columns only in the folder names, so pandas, pyarrow, polars and DuckD
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
 import duckdb
 import polars as pl
+import pyarrow.parquet as pq
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from dagster_project.io.writers import write_parquet_atomic
-from dagster_project.lib.catalog import table_metadata
+from dagster_project.io.writers import atomic_path, write_parquet_atomic
+from dagster_project.lib.catalog import PREVIEW_MAX_ROWS, table_metadata
 
 ASSETS_DIR = "assets"
 WAREHOUSE = "assets/warehouse.duckdb"
@@ -22,6 +25,7 @@ WAREHOUSE = "assets/warehouse.duckdb"
 # duckdb 2.0's default (storage version 69) is refused by every 1.x client.
 STORAGE_VERSION = "v1.0.0"
 PARTITION_FILE = "data.parquet"
+LAZY = "lazy"  # AssetIn metadata key: load a partitioned input as {partition key: Parquet path}
 
 
 def asset_path(base: str | Path, group: str, name: str) -> Path:
@@ -252,6 +256,40 @@ def query_only(sql: str) -> str:
     return sql
 
 
+def read_if_small(path: Path) -> pl.DataFrame:
+    """A stored Parquet file as a frame when a catalog preview could show it, else an empty frame of its schema
+    (what table_metadata needs); the row count comes from the file's metadata."""
+    if pq.ParquetFile(path).metadata.num_rows <= PREVIEW_MAX_ROWS:
+        return pl.read_parquet(path)
+    return pl.DataFrame(schema=pl.read_parquet_schema(path))
+
+
+def read_row_groups(path: Path) -> Iterator[pl.DataFrame]:
+    """A stored Parquet file one row group at a time (io.writers.PartitionWriters keeps related rows in one)."""
+    pf = pq.ParquetFile(path)
+    for i in range(pf.metadata.num_row_groups):
+        yield pl.from_arrow(pf.read_row_group(i))
+
+
+def store_partition(part: pl.DataFrame | Path, path: Path, values: dict[str, str], where: str) -> int:
+    """Write one partition atomically: a frame, or a staged Parquet file moved into place (copied into a temp file
+    beside the target when it is on another filesystem; rewritten when hive partition columns must be stripped).
+    Returns its row count."""
+    if isinstance(part, pl.DataFrame):
+        write_parquet_atomic(strip_partition_columns(part, values, where), path)
+        return part.height
+    rows = pq.ParquetFile(part).metadata.num_rows
+    if values:
+        write_parquet_atomic(strip_partition_columns(pl.read_parquet(part), values, where), path)
+        return rows
+    with atomic_path(path, ".parquet") as tmp:
+        try:
+            os.replace(part, tmp)
+        except OSError:  # another filesystem
+            shutil.copyfile(part, tmp)
+    return rows
+
+
 class WarehouseIOManager(dg.ConfigurableIOManager):
     """Stores each asset as assets/<group>/<asset>.parquet, keeps its DuckDB view current, and records the
     catalog metadata (row count, column schema, preview: lib/catalog.py) on every materialization.
@@ -259,7 +297,9 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
     Partitioned assets: one file per partition, assets/<group>/<asset>/<partition>.parquet, and the view
     is the union of all partitions. A run over a partition range (BackfillPolicy.single_run) returns
     {partition key: frame} and gets one file per key. A downstream asset that reads a partitioned one gets the partitions
-    Dagster asks for concatenated; partitions not materialized yet are skipped with a warning.
+    Dagster asks for concatenated; partitions not materialized yet are skipped with a warning. An input whose
+    AssetIn metadata sets LAZY gets {partition key: Parquet path} instead, to stream the partitions itself; an
+    output may hold a Path per key (a Parquet file the asset streamed), which is moved into place.
     """
 
     base_dir: str = ASSETS_DIR
@@ -283,19 +323,20 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
         self._path(context.asset_key)  # validates the key
         view = ".".join(context.asset_key.path)
         if context.has_asset_partitions:
-            frames = self._by_partition(context, obj)
+            parts = self._by_partition(context, obj)
             folder = partition_dir(self.base_dir, *context.asset_key.path)
             migrate_legacy_partitions(folder)
-            paths = []
-            for key, df in frames.items():
+            paths, rows = [], 0
+            for key, part in parts.items():
                 path = partition_path(self.base_dir, *context.asset_key.path, self._key(context, key))
-                write_parquet_atomic(strip_partition_columns(df, partition_values(folder, path), name), path)
+                rows += store_partition(part, path, partition_values(folder, path), name)
                 paths.append(path)
             register_views(self.db_path, {view: folder})
-            keys = [str(k) for k in frames]
-            meta = table_metadata(next(iter(frames.values())), name)  # a range: first day's schema, rows of all
-            if len(frames) > 1:
-                meta = {**meta, "dagster/row_count": sum(df.height for df in frames.values())}
+            keys = [str(k) for k in parts]
+            first = next(iter(parts.values()))
+            meta = table_metadata(first if isinstance(first, pl.DataFrame) else read_if_small(paths[0]), name)
+            if len(parts) > 1:  # a range: first day's schema, rows of all
+                meta = {**meta, "dagster/row_count": rows}
                 meta.pop("preview", None)
             context.add_output_metadata({**meta, "view": view,
                                          **({"path": str(paths[0]), "partition": keys[0]} if len(keys) == 1 else
@@ -311,9 +352,10 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
                                      "path": str(path), "view": view})
 
     @staticmethod
-    def _by_partition(context: dg.OutputContext, obj: object) -> dict[str, pl.DataFrame]:
-        """{partition key: frame} for a partitioned output: a run of one partition may return a bare frame; a run
-        of a partition range (a single-run backfill) returns a dict holding exactly the run's keys."""
+    def _by_partition(context: dg.OutputContext, obj: object) -> dict[str, pl.DataFrame | Path]:
+        """{partition key: frame or staged Parquet file} for a partitioned output: a run of one partition may return
+        a bare frame; a run of a partition range (a single-run backfill) returns a dict holding exactly the run's
+        keys. A Path is a Parquet file the asset already wrote (streamed): it is moved into place."""
         name = context.asset_key.to_user_string()
         keys = list(context.asset_partition_keys)
         if isinstance(obj, pl.DataFrame) and len(keys) == 1:
@@ -321,12 +363,13 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
         if not isinstance(obj, dict):
             raise TypeError(f"{name}: a run of {len(keys)} partitions must return a dict {{partition key: polars "
                             f"DataFrame}}, got {type(obj).__name__}")
-        if set(obj) != set(keys) or not all(isinstance(v, pl.DataFrame) for v in obj.values()):
+        if set(obj) != set(keys) or not all(isinstance(v, pl.DataFrame | Path) for v in obj.values()):
             raise ValueError(f"{name}: the returned partitions {sorted(map(str, obj))[:5]} must be exactly the run's "
-                             f"{sorted(map(str, keys))[:5]} ({len(keys)} keys), each a polars DataFrame")
+                             f"{sorted(map(str, keys))[:5]} ({len(keys)} keys), each a polars DataFrame or the Path "
+                             "of a Parquet file")
         return {k: obj[k] for k in keys}
 
-    def load_input(self, context: dg.InputContext) -> pl.DataFrame:
+    def load_input(self, context: dg.InputContext) -> pl.DataFrame | dict[str, Path]:
         name = context.asset_key.to_user_string()
         if context.has_asset_partitions:
             self._path(context.asset_key)
@@ -340,6 +383,8 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             if missing:
                 context.log.warning(f"{name}: {len(missing)} of {len(keys)} partitions not materialized, "
                                     f"skipped: {[str(k) for k in missing][:10]}")
+            if (context.definition_metadata or {}).get(LAZY):
+                return {str(k): p.resolve() for k, p in zip(keys, paths, strict=True) if p.exists()}
             folder = partition_dir(self.base_dir, *context.asset_key.path)
             return pl.concat([read_partition(folder, p) for p in present], how="diagonal_relaxed")
         path = self._path(context.asset_key)

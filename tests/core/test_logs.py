@@ -11,6 +11,8 @@ import pytest
 from dagster_project.config import LogsConfig
 from dagster_project.core.clarilm.extraction import EXTRACT, EXTRACT_REFINEMENT, extract, in_log, parse_extraction
 from dagster_project.core.clarilm.logs import (
+    DayTally,
+    ReadStats,
     assistant_asked,
     dropped_by_length,
     ledger,
@@ -19,9 +21,11 @@ from dagster_project.core.clarilm.logs import (
     pass_rate,
     prefilter,
     read_logs,
+    stream_days,
+    tally_ledger,
     user_refinements,
 )
-from dagster_project.io.formats.chat_logs import expand_paths
+from dagster_project.io.formats.chat_logs import Rejection, _plain_turn, _turn, expand_paths
 from dagster_project.io.records import InputFileError
 from dagster_project.llm.chat import ChatResult
 
@@ -418,3 +422,43 @@ def test_ledger_of_a_day_without_records_is_empty(tmp_path):
     p = _days_file(tmp_path)
     turns, rej, stats = _read([p], partition_date=date(2024, 6, 1))
     assert turns.height == rej.height == 0 and ledger(stats, date(2024, 6, 1), turns, rej).height == 0
+
+
+# --------------------------------------------------------------------------- streaming (one pass, bounded memory)
+
+def test_streamed_pieces_keep_conversations_whole_and_add_up_to_each_days_read(tmp_path):
+    p = _jsonl(tmp_path / "s.jsonl", [_wc(f"c{i}", "q?", "which one do you mean?", "that one",
+                                          ts=f"2024-05-0{1 + i % 3}T10:00:00Z") for i in range(7)]
+               + [b"{broken", _wc("c0", "dup", "dup", ts="2024-05-02T10:00:00Z")])
+    cfg = LogsConfig(default_log_date="2024-05-01", read_batch_size=2)
+    days = [date(2024, 5, d) for d in (1, 2, 3)]
+    stats, tally = ReadStats(), DayTally()
+    pieces = list(stream_days([p], cfg, days, stats, tally))
+    assert len(pieces) > len(days)  # batches of 2 records: several pieces per day
+    for _, turns, _ in pieces:  # every conversation in a piece has all its turns
+        assert (turns.group_by("conversation_id").len()["len"] == 3).all()
+    for day in days:
+        turns, rejected, alone = _read([p], partition_date=day, default_log_date="2024-05-01", read_batch_size=2)
+        got = [(t, r) for d, t, r in pieces if d == day]
+        assert pl.concat([t for t, _ in got]).equals(turns) and pl.concat([r for _, r in got]).equals(rejected)
+        assert tally_ledger(stats, day, tally).drop("file_records_read", "file_records_counted").equals(
+            ledger(alone, day, turns, rejected).drop("file_records_read", "file_records_counted"))
+
+
+@pytest.mark.parametrize("turn", [
+    {"role": "user", "content": "hi"}, {"role": "User", "content": "hi"}, {"role": " user ", "content": "hi"},
+    {"role": "robot", "content": "hi"}, {"role": "user", "content": "   "}, {"role": "user", "content": "\u3000"},
+    {"role": "user", "content": ""}, {"role": "user", "content": 3}, {"role": 1, "content": "hi"},
+    {"content": "hi"}, {"role": "user"}, {"role": "user", "content": "x" * 11}, ["user", "hi"], "hi",
+    {"from": "gpt", "value": "ok"},
+])
+def test_the_fast_turn_check_agrees_with_the_full_one(turn):
+    for fmt in ("wildchat", "sharegpt"):
+        fast = _plain_turn(turn, fmt, 10)
+        try:
+            full = _turn(turn, "t[0]", fmt, 10)
+        except Rejection:
+            full = None
+        assert fast is None or fast == full  # the fast path only ever accepts what the full check accepts
+        if full is not None and isinstance(turn, dict) and turn.get("role", turn.get("from")) in ("user", "gpt"):
+            assert fast == full  # and it takes the common case itself

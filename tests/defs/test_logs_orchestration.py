@@ -112,8 +112,8 @@ def test_the_group_runner_ingests_a_range_of_days_in_one_run_that_reads_each_fil
     days, _ = days_to_ingest(params.logs)
     register_days(instance, days)
     reads = []
-    real = logs.load_days
-    monkeypatch.setattr(logs, "load_days", lambda paths, *a: reads.append(list(paths)) or real(paths, *a))
+    real = logs.stream_days
+    monkeypatch.setattr(logs, "stream_days", lambda paths, *a: reads.append(list(paths)) or real(paths, *a))
     results = materialize_group(_defs(params), logs.GROUP, instance)
     assert [r.success for r in results] == [True]  # one run for the five days
     assert len(reads) == 1 and len(reads[0]) == 2  # both files, read once

@@ -26,6 +26,8 @@ TURN_SCHEMA = {
     "source": pl.Utf8, "source_format": pl.Utf8, "record_index": pl.Int64, "language": pl.Utf8,
     "log_model": pl.Utf8, "timestamp": pl.Datetime("us", "UTC"), "log_date": pl.Date,
 }
+RECORD_COLUMNS = ("conversation_id", "source", "source_format", "record_index", "language", "log_model", "timestamp",
+                  "log_date")  # a turn's columns that come from its conversation
 LEDGER_SCHEMA = {
     "log_date": pl.Date, "source": pl.Utf8, "source_format": pl.Utf8, "records_read": pl.Int64,
     "conversations_kept": pl.Int64, "records_rejected": pl.Int64, "file_records_read": pl.Int64,
@@ -73,16 +75,24 @@ class _DayReader:
     def __init__(self, cfg: LogsConfig, days: frozenset[date] | None, stats: ReadStats):
         self.cfg, self.days, self.stats = cfg, days, stats
         self.seen: set[str] = set()
-        self.turns: list[dict[str, Any]] = []
+        self.records: dict[str, list[Any]] = {c: [] for c in RECORD_COLUMNS}  # one row per kept conversation
+        self.turns: dict[str, list[Any]] = {"_record": [], "turn_index": [], "role": [], "text": []}
         self.quarantine = Quarantine()
         self.rejected_days: list[date] = []  # the log_date of each quarantine row, in order
 
     def flush(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The batch's turns, and its quarantine rows with their log_date as a last column."""
         rejected = self.quarantine.frame().with_columns(log_date=pl.Series(self.rejected_days, dtype=pl.Date))
-        out = pl.DataFrame(self.turns, schema=TURN_SCHEMA), rejected
-        self.turns, self.quarantine, self.rejected_days = [], Quarantine(), []
-        return out
+        records = pl.DataFrame(self.records, schema={c: TURN_SCHEMA[c] for c in RECORD_COLUMNS})
+        turns = pl.DataFrame(self.turns, schema={"_record": pl.UInt32, "turn_index": pl.Int64, "role": pl.Utf8,
+                                                 "text": pl.Utf8})
+        per_turn = records[turns["_record"]]  # each turn's conversation columns, gathered by position
+        out = pl.concat([turns.drop("_record"), per_turn], how="horizontal").with_columns(
+            n_chars=pl.col("text").str.len_chars().cast(pl.Int64)).select(list(TURN_SCHEMA))
+        self.records = {c: [] for c in RECORD_COLUMNS}
+        self.turns = {k: [] for k in self.turns}
+        self.quarantine, self.rejected_days = Quarantine(), []
+        return out, rejected
 
     def mine(self, rec: Record, day: date) -> bool:
         """Count the record under its day; True when it belongs to a day being read."""
@@ -103,13 +113,18 @@ class _DayReader:
         self.stats.reasons[reason] = self.stats.reasons.get(reason, 0) + 1
 
     def keep(self, rec: Record, position: int, fmt: str, conv: Conversation, log_date: date) -> None:
-        rows = [{"conversation_id": conv.conversation_id, "turn_index": i, "role": role, "text": text,
-                 "n_chars": len(text), "source": rec.file, "source_format": fmt, "record_index": position,
-                 "language": conv.language, "log_model": conv.log_model, "timestamp": conv.timestamp,
-                 "log_date": log_date} for i, (role, text) in enumerate(conv.turns)]
-        self.turns.extend(rows)
+        n = len(conv.turns)
+        row = len(self.records["conversation_id"])
+        for col, value in zip(RECORD_COLUMNS, (conv.conversation_id, rec.file, fmt, position, conv.language,
+                                               conv.log_model, conv.timestamp, log_date), strict=True):
+            self.records[col].append(value)
+        self.turns["_record"].extend([row] * n)
+        self.turns["turn_index"].extend(range(n))
+        roles, texts = zip(*conv.turns, strict=True)
+        self.turns["role"].extend(roles)
+        self.turns["text"].extend(texts)
         self.stats.conversations_kept += 1
-        self.stats.turns += len(rows)
+        self.stats.turns += n
 
     def take(self, rec: Record, position: int, fmt: str | None, file_date: date) -> None:
         """One record: a quarantine row (unparseable, malformed, duplicate id) or its turns."""
@@ -192,19 +207,36 @@ def load_logs(paths: list[Path], cfg: LogsConfig, day: date | Iterable[date] | N
     return turns, rejected, stats
 
 
+def stream_days(paths: list[Path], cfg: LogsConfig, days: Iterable[date], stats: ReadStats,
+                tally: DayTally | None = None) -> Iterator[tuple[date, pl.DataFrame, pl.DataFrame]]:
+    """One pass over every file for several days at once: (day, turns, quarantine) pieces, one per day and read
+    batch that has rows of that day, in file order. A conversation's turns are always in one piece; only a batch
+    is in memory. `tally` counts each piece's kept conversations and rejected records per file (for the ledger)."""
+    wanted = frozenset(days)
+    for turns, rejected in _batches(paths, cfg, wanted, stats):
+        by_turns = turns.partition_by("log_date", as_dict=True, maintain_order=True) if turns.height else {}
+        by_rejected = rejected.partition_by("log_date", as_dict=True, maintain_order=True, include_key=False) \
+            if rejected.height else {}
+        for (day,) in sorted(set(by_turns) | set(by_rejected)):
+            t = by_turns.get((day,), turns.clear())
+            r = by_rejected.get((day,), rejected.drop("log_date").clear())
+            if tally is not None:
+                tally.add(day, t, r)
+            yield day, t, r
+
+
 def load_days(paths: list[Path], cfg: LogsConfig, days: Iterable[date]
               ) -> tuple[dict[date, tuple[pl.DataFrame, pl.DataFrame]], ReadStats]:
-    """One pass over every file for several days at once: each day's (turns, quarantine), exactly what
-    load_logs(paths, cfg, day) gives for that day alone (every day asked for is present, empty or not)."""
-    wanted = frozenset(days)
+    """stream_days gathered per day: each day's (turns, quarantine), exactly what load_logs(paths, cfg, day) gives
+    for that day alone (every day asked for is present, empty or not). Holds every day in memory."""
+    wanted = sorted(frozenset(days))
     stats = ReadStats()
-    frames = list(_batches(paths, cfg, wanted, stats))
-    turns = pl.concat([t for t, _ in frames])
-    rejected = pl.concat([r for _, r in frames])
-    by_turns = turns.partition_by("log_date", as_dict=True, maintain_order=True)
-    by_rejected = rejected.partition_by("log_date", as_dict=True, maintain_order=True, include_key=False)
-    return {d: (by_turns.get((d,), turns.clear()), by_rejected.get((d,), rejected.drop("log_date").clear()))
-            for d in sorted(wanted)}, stats
+    pieces: dict[date, list[tuple[pl.DataFrame, pl.DataFrame]]] = {d: [] for d in wanted}
+    for day, turns, rejected in stream_days(paths, cfg, wanted, stats):
+        pieces[day].append((turns, rejected))
+    empty = (pl.DataFrame(schema=TURN_SCHEMA), pl.DataFrame(schema=QUARANTINE_SCHEMA))
+    return {d: (pl.concat([t for t, _ in ps]), pl.concat([r for _, r in ps])) if ps else empty
+            for d, ps in pieces.items()}, stats
 
 
 def log_dates(paths: list[Path], cfg: LogsConfig) -> Counter[date]:
@@ -232,14 +264,34 @@ def days_to_ingest(cfg: LogsConfig) -> tuple[list[str], Counter[date]]:
     return [d.isoformat() for d in in_window(cfg, counts)], counts
 
 
+@dataclass
+class DayTally:
+    """Conversations kept and records rejected per (day, file), counted from the rows as they are stored."""
+
+    kept: Counter[tuple[date, str]] = field(default_factory=Counter)
+    rejected: Counter[tuple[date, str]] = field(default_factory=Counter)
+
+    def add(self, day: date, turns: pl.DataFrame, rejected: pl.DataFrame) -> None:
+        """Count one piece of a day (a conversation is never split across pieces, so counts add up)."""
+        for src, n in turns.group_by("source").agg(pl.col("record_index").n_unique()).iter_rows():
+            self.kept[day, src] += n
+        for src, n in rejected.group_by("file").len().iter_rows():
+            self.rejected[day, src] += n
+
+
 def ledger(stats: ReadStats, day: date, turns: pl.DataFrame, rejected: pl.DataFrame) -> pl.DataFrame:
     """One row per file for one day: records read (counted while streaming) beside what was kept and
     rejected, so a check can prove read = kept + rejected from the stored rows; and the file's records as the
     reader gave them (every day) beside a count made without parsing, so a reader that loses records shows."""
-    kept = dict(turns.group_by("source").agg(pl.col("record_index").n_unique()).iter_rows())
-    rej = dict(rejected.group_by("file").len().iter_rows())
+    tally = DayTally()
+    tally.add(day, turns, rejected)
+    return tally_ledger(stats, day, tally)
+
+
+def tally_ledger(stats: ReadStats, day: date, tally: DayTally) -> pl.DataFrame:
+    """`ledger` of one day from the counts a DayTally took while the day's rows were streamed to storage."""
     rows = [{"log_date": day, "source": src, "source_format": stats.files.get(src), "records_read": n,
-             "conversations_kept": kept.get(src, 0), "records_rejected": rej.get(src, 0),
+             "conversations_kept": tally.kept.get((day, src), 0), "records_rejected": tally.rejected.get((day, src), 0),
              "file_records_read": stats.file_records.get(src, 0), "file_records_counted": stats.file_counted.get(src)}
             for (d, src), n in sorted(stats.read_by_day.items()) if d == day]
     return pl.DataFrame(rows, schema=LEDGER_SCHEMA)
@@ -350,6 +402,33 @@ def prefilter(turns: pl.LazyFrame | pl.DataFrame, max_chars: int | None = 300,
     parts = [user_refinements(turns) if s == "user_refinement" else assistant_asked(turns, max_chars)
              for s in SOURCES if s in sources]
     return pl.concat(parts, how="vertical") if parts else assistant_asked(turns, max_chars).clear()
+
+
+@dataclass
+class CandidateCounts:
+    """The prefilter's counts summed over the pieces of a streamed run (what log_candidates reports)."""
+
+    turns: int = 0
+    rows: int = 0
+    kept: Counter[str] = field(default_factory=Counter)  # per source
+    reasons: Counter[str] = field(default_factory=Counter)
+    dropped_by_length: int = 0
+
+    def add(self, turns: int, out: pl.DataFrame) -> None:
+        """Count one piece: `turns` prefiltered into the candidate rows `out`."""
+        self.turns += turns
+        self.rows += out.height
+        self.kept.update(dict(out.filter(pl.col("kept")).group_by("source").len().iter_rows()))
+        self.reasons.update(dict(out.group_by("reject_reason").len().drop_nulls().iter_rows()))
+        self.dropped_by_length += dropped_by_length(out)
+
+    def as_metadata(self) -> dict[str, Any]:
+        candidates = sum(self.kept.values())
+        return {"rows": self.rows, "candidates": candidates,
+                "pass_rate": round(candidates / self.rows, 4) if self.rows else 0.0,
+                **{f"candidates_{s}": self.kept.get(s, 0) for s in SOURCES},
+                "dropped_by_length": self.dropped_by_length,
+                **{f"rejected_{r}": self.reasons.get(r, 0) for r in PREFILTER_REASONS}}
 
 
 def pass_rate(candidates: pl.DataFrame) -> float:

@@ -5,13 +5,15 @@ Every asset of the group is partitioned by log day (the turn's `log_date`: the r
 logs.default_log_date or the file's mtime), on dynamic partitions that hold only the days that have records:
 `clarify materialize logs` and the `logs_new_files` sensor register them (README "Log partitions"). Each asset
 has a single-run backfill policy: a run over a range of days reads every file once and routes each record to
-its day, writing one Parquet file per day.
+its day, streaming each read batch into one Parquet file per day (memory bounded by the batch, not the log).
 """
 
+import tempfile
 import time
 import warnings
 from collections import Counter
 from datetime import date
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
@@ -19,20 +21,24 @@ import polars as pl
 from dagster_project.config import LogsConfig, Params
 from dagster_project.core.clarilm.extraction import NOT_IN_LOG, extract_day
 from dagster_project.core.clarilm.logs import (
-    PREFILTER_REASONS,
     SOURCES,
+    TURN_SCHEMA,
+    CandidateCounts,
+    DayTally,
+    ReadStats,
     days_to_ingest,
-    dropped_by_length,
-    ledger,
-    load_days,
-    pass_rate,
     prefilter,
+    stream_days,
+    tally_ledger,
 )
 from dagster_project.defs.logs.partitions import LOG_DAYS
 from dagster_project.defs.logs.sensors import build_sensor
 from dagster_project.io.formats.chat_logs import expand_paths
+from dagster_project.io.records import QUARANTINE_SCHEMA
+from dagster_project.io.writers import PartitionWriters
 from dagster_project.lib.assets import group_asset, status_counts, upstream
 from dagster_project.lib.resources import LLMResource
+from dagster_project.lib.warehouse import LAZY, read_row_groups
 
 GROUP = "logs"
 JOB = "logs_ingest"
@@ -79,42 +85,54 @@ def build(params: Params) -> dg.Definitions:
     )
     def raw_logs(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params]):
         """Stream every file in logs.paths once (format detected per file), route each record to its day among
-        the run's partitions, quarantine malformed records."""
+        the run's partitions, quarantine malformed records. Each read batch goes straight to its days' Parquet
+        files (staged, then moved into place by the IO manager), so memory does not grow with the log."""
         cfg = params.logs
         keys = _run_days(context)
         t0 = time.monotonic()
-        days, stats = load_days(expand_paths(cfg.paths), cfg, [date.fromisoformat(k) for k in keys])
-        meta = stats.as_metadata() | {"read_s": round(time.monotonic() - t0, 3), "log_days": len(keys),
-                                      "log_date": keys[0] if len(keys) == 1 else f"{keys[0]}..{keys[-1]}"}
-        context.log.info(f"logs {meta['log_date']}: {stats.records_read} records of {len(keys)} day(s) read, "
-                         f"{stats.conversations_kept} kept, {stats.records_rejected} rejected, {stats.turns} turns "
-                         f"({stats.other_dates} of other days)")
-        parts = {k: days[date.fromisoformat(k)] for k in keys}
-        yield dg.Output({k: t for k, (t, _) in parts.items()}, output_name="raw_logs", metadata=meta)
-        yield dg.Output({k: r for k, (_, r) in parts.items()}, output_name="raw_logs_rejected",
-                        metadata={"records_read": stats.records_read, "records_rejected": stats.records_rejected})
-        yield dg.Output({k: ledger(stats, date.fromisoformat(k), t, r) for k, (t, r) in parts.items()},
+        stats, tally = ReadStats(), DayTally()
+        with tempfile.TemporaryDirectory(prefix="raw_logs_") as tmp:
+            turns = PartitionWriters(Path(tmp, "turns"), keys, TURN_SCHEMA, cfg.read_batch_size)
+            rejected = PartitionWriters(Path(tmp, "rejected"), keys, QUARANTINE_SCHEMA, cfg.read_batch_size)
+            days = [date.fromisoformat(k) for k in keys]
+            for day, t, r in stream_days(expand_paths(cfg.paths), cfg, days, stats, tally):
+                turns.write(day.isoformat(), t)
+                rejected.write(day.isoformat(), r)
+            turn_files, rejected_files = turns.close(), rejected.close()
+            meta = stats.as_metadata() | {"read_s": round(time.monotonic() - t0, 3), "log_days": len(keys),
+                                          "log_date": keys[0] if len(keys) == 1 else f"{keys[0]}..{keys[-1]}"}
+            context.log.info(f"logs {meta['log_date']}: {stats.records_read} records of {len(keys)} day(s) read, "
+                             f"{stats.conversations_kept} kept, {stats.records_rejected} rejected, {stats.turns} "
+                             f"turns ({stats.other_dates} of other days)")
+            yield dg.Output(turn_files, output_name="raw_logs", metadata=meta)
+            yield dg.Output(rejected_files, output_name="raw_logs_rejected",
+                            metadata={"records_read": stats.records_read, "records_rejected": stats.records_rejected})
+        yield dg.Output({k: tally_ledger(stats, d, tally) for k, d in zip(keys, days, strict=True)},
                         output_name="raw_logs_ledger", metadata={"files": len(stats.read_by_source)})
 
-    @asset(partitions_def=partitions, backfill_policy=SINGLE_RUN, ins=upstream("logs/raw_logs"))
+    @asset(partitions_def=partitions, backfill_policy=SINGLE_RUN,
+           ins={"raw_logs": dg.AssetIn(key=[GROUP, "raw_logs"], metadata={LAZY: True})})
     def log_candidates(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
-                       raw_logs: pl.DataFrame) -> dict[str, pl.DataFrame]:
+                       raw_logs: dict[str, Path]):
         """FM-LOG candidates of each source in logs.sources: every pair of consecutive user questions
-        (user_refinement) and every assistant turn, kept when it asks the user something (assistant_asked)."""
+        (user_refinement) and every assistant turn, kept when it asks the user something (assistant_asked).
+        Streamed: one stored row group of raw_logs at a time (a conversation never spans two)."""
         cfg = params.logs
+        keys = _run_days(context)
         t0 = time.monotonic()
-        out = prefilter(raw_logs, cfg.prefilter_max_chars, cfg.sources).collect()
-        secs = time.monotonic() - t0
-        reasons = dict(out.group_by("reject_reason").len().drop_nulls().iter_rows())
-        kept = out.filter(pl.col("kept"))
-        context.add_output_metadata({
-            "rows": out.height, "candidates": kept.height, "pass_rate": round(pass_rate(out), 4),
-            **{f"candidates_{s}": int((kept["source"] == s).sum()) for s in SOURCES},
-            "dropped_by_length": dropped_by_length(out), "prefilter_s": round(secs, 3),
-            "turns_per_s": round(raw_logs.height / max(secs, 1e-9)),
-            **{f"rejected_{r}": int(reasons.get(r, 0)) for r in PREFILTER_REASONS},
-        })
-        return by_day(out, _run_days(context))
+        counts = CandidateCounts()
+        schema = prefilter(pl.DataFrame(schema=TURN_SCHEMA), cfg.prefilter_max_chars, cfg.sources).collect_schema()
+        with tempfile.TemporaryDirectory(prefix="log_candidates_") as tmp:
+            out = PartitionWriters(tmp, keys, dict(schema), cfg.read_batch_size)
+            for key, path in raw_logs.items():
+                for turns in read_row_groups(path):
+                    part = prefilter(turns, cfg.prefilter_max_chars, cfg.sources).collect()
+                    counts.add(turns.height, part)
+                    out.write(key, part)
+            files = out.close()
+            secs = time.monotonic() - t0
+            yield dg.Output(files, metadata={**counts.as_metadata(), "prefilter_s": round(secs, 3),
+                                             "turns_per_s": round(counts.turns / max(secs, 1e-9))})
 
     @asset(partitions_def=partitions, backfill_policy=SINGLE_RUN, ins=upstream("logs/log_candidates"))
     def log_clarifications(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],

@@ -142,6 +142,18 @@ def _turn(t: Any, where: str, fmt: str, max_chars: int) -> tuple[str, str]:
     return ROLE_MAP[role.strip().lower()], text
 
 
+def _plain_turn(t: Any, fmt: str, max_chars: int) -> tuple[str, str] | None:
+    """(role, text) of a turn that passes every check of `_turn`, found without building its field name; None
+    when any check might fail (then `_turn` decides and names the field). The common case, ~3x faster."""
+    if type(t) is not dict:
+        return None
+    role, text = (t.get("from"), t.get("value")) if fmt == "sharegpt" else (t.get("role"), t.get("content"))
+    if type(role) is not str or type(text) is not str or not text or text.isspace() or len(text) > max_chars:
+        return None
+    mapped = ROLE_MAP.get(role)
+    return (mapped, text) if mapped is not None else None
+
+
 def normalise_record(obj: Any, fmt: str, max_chars: int) -> Conversation:
     """Validate one conversation record of layout `fmt`; raise Rejection(reason, field, detail) when unusable."""
     if not isinstance(obj, dict):
@@ -152,7 +164,7 @@ def normalise_record(obj: Any, fmt: str, max_chars: int) -> Conversation:
     raw_turns = obj[key]
     if not isinstance(raw_turns, list):
         raise Rejection("wrong_type", key, f"{key!r} is a {type(raw_turns).__name__}, expected a list")
-    turns = [_turn(t, f"{key}[{i}]", fmt, max_chars) for i, t in enumerate(raw_turns)]
+    turns = [_plain_turn(t, fmt, max_chars) or _turn(t, f"{key}[{i}]", fmt, max_chars) for i, t in enumerate(raw_turns)]
     if not any(r == "user" for r, _ in turns):
         raise Rejection("no_user_turn", key, f"{len(turns)} turns, none from the user")
     cid = next((obj[k] for k in ID_KEYS[fmt] if obj.get(k) not in (None, "")), None)
