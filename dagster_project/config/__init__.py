@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from dagster_project.config.base import Strict
 from dagster_project.config.clarifymt import (
@@ -64,6 +64,14 @@ class Params(Strict):
     annotations: AnnotationsConfig = Field(default_factory=AnnotationsConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     double_turn: DoubleTurnConfig = Field(default_factory=DoubleTurnConfig)
+
+    @model_validator(mode="after")
+    def _known_subjects(self) -> Params:
+        unknown = sorted(set(self.evaluation.subject_methods) - set(self.llm.subjects))
+        if unknown:
+            raise ValueError(f"evaluation.subject_methods: unknown subject(s) {unknown}; "
+                             f"llm.subjects has {sorted(self.llm.subjects)}")
+        return self
 
 
 class ParamsError(ValueError):

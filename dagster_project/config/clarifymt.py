@@ -99,6 +99,8 @@ class EvaluationConfig(Strict):
     """ClarifyMT-Bench evaluation: methods x subjects, datasets, method knobs (read by the methods directly), judge."""
 
     methods: list[MethodName] = Field(default_factory=lambda: ["base"])
+    subject_methods: dict[str, list[MethodName]] = Field(
+        default_factory=dict, description="subject -> the methods it runs (a subset of methods); unlisted: all")
     datasets: list[str] = Field(default_factory=lambda: [BENCHMARK_DATASET])
     external: dict[str, ExternalDatasetConfig] = Field(default_factory=dict)
     max_dialogues: int | None = Field(None, gt=0, description="per dataset; null = every dialogue (paper)")
@@ -139,6 +141,11 @@ class EvaluationConfig(Strict):
                              "(add external ones under evaluation.external)")
         if BENCHMARK_DATASET in self.external:
             raise ValueError(f"evaluation.external: {BENCHMARK_DATASET!r} is reserved for the generated benchmark")
+        for subject, chosen in self.subject_methods.items():
+            extra = sorted(set(chosen) - set(self.methods))
+            if extra or not chosen:
+                raise ValueError(f"evaluation.subject_methods.{subject}: {extra or 'an empty list'} "
+                                 f"not in evaluation.methods {self.methods}")
         for pair in self.judge_pairs:
             if len(pair) != 2 or pair[0] == pair[1]:
                 raise ValueError(f"evaluation.judge_pairs: each entry is two different methods, got {pair}")
@@ -146,3 +153,7 @@ class EvaluationConfig(Strict):
             if missing:
                 raise ValueError(f"evaluation.judge_pairs: {missing} not in evaluation.methods")
         return self
+
+    def methods_for(self, subject: str) -> list[str]:
+        """The methods `subject` is evaluated with: its evaluation.subject_methods entry, else every method."""
+        return list(self.subject_methods.get(subject, self.methods))

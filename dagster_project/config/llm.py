@@ -42,6 +42,9 @@ class RoleConfig(Strict):
     def _openai_needs_endpoint(self) -> RoleConfig:
         if self.backend == "openai" and not self.base_url:
             raise ValueError("backend 'openai' needs base_url (e.g. https://api.openai.com/v1)")
+        if self.model.startswith("training/") and self.backend != "transformers":
+            raise ValueError(f"model {self.model!r} (a trained model) needs backend 'transformers', "
+                             f"got {self.backend!r}")
         return self
 
 

@@ -37,6 +37,7 @@ from dagster_project.lib.assets import group_asset, upstream
 from dagster_project.lib.embedder import minilm_path
 from dagster_project.lib.resources import EmbedderResource, LLMResource
 from dagster_project.lib.warehouse import ASSETS_DIR, read_asset
+from dagster_project.llm.trained import TrainedModelMissing, served_model, training_name
 
 GROUP = "evaluation"
 asset = group_asset(GROUP)
@@ -49,6 +50,29 @@ def partitions_for(params: Params) -> dg.MultiPartitionsDefinition:
         "subject": dg.StaticPartitionsDefinition(list(params.llm.subjects)),
         "method": dg.StaticPartitionsDefinition(list(params.evaluation.methods)),
     })
+
+
+def planned_partitions(params: Params) -> list[str]:
+    """The subject x method keys evaluation.subject_methods plans (every key when it is empty): what
+    `clarify materialize evaluation` runs; the others exist in the grid but are skipped."""
+    pdef = partitions_for(params)
+    return [k for k in pdef.get_partition_keys()
+            if k.keys_by_dimension["method"] in params.evaluation.methods_for(k.keys_by_dimension["subject"])]
+
+
+def training_deps(params: Params) -> list[dg.AssetKey]:
+    """training/<name> for every subject served from a trained model: the lineage edge training -> predictions."""
+    names = {training_name(cfg.model) for cfg in params.llm.subjects.values()}
+    return [dg.AssetKey(["training", n]) for n in sorted(n for n in names if n)]
+
+
+def check_trained(subject: str, model: str) -> None:
+    """Fail before any LLM call when a subject's trained model is not built (names the params key and command)."""
+    if training_name(model):
+        try:
+            served_model(model, subject)
+        except TrainedModelMissing as err:
+            raise dg.Failure(description=str(err)) from None
 
 
 def _messages(params: Params, persona_dialogues: pl.DataFrame, external_dialogues: pl.DataFrame) -> pl.DataFrame:
@@ -88,7 +112,7 @@ def external_dialogues(context: dg.AssetExecutionContext, params: dg.ResourcePar
 def build(params: Params) -> dg.Definitions:
     """The group's assets; the predictions partitions come from `params` (subjects x methods)."""
 
-    @asset(partitions_def=partitions_for(params), ins=DIALOGUE_INS)
+    @asset(partitions_def=partitions_for(params), ins=DIALOGUE_INS, deps=training_deps(params))
     def predictions(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                     llm: dg.ResourceParam[LLMResource], embedder: EmbedderResource, persona_dialogues: pl.DataFrame,
                     external_dialogues: pl.DataFrame) -> pl.DataFrame:
@@ -101,6 +125,12 @@ def build(params: Params) -> dg.Definitions:
         turns = evaluation_dialogues(params.evaluation, persona_dialogues, external_dialogues)
         chosen = sampled_dialogues(params.evaluation, turns)
         selected = turns.join(chosen, on=["dataset", "dialogue_id"], how="semi")
+        planned = method_name in params.evaluation.methods_for(subject)
+        if not planned:  # an empty partition, so a UI backfill of the whole grid does not fail on it
+            context.log.info(f"{subject} x {method_name}: skipped (evaluation.subject_methods.{subject})")
+            selected, chosen = selected.head(0), chosen.head(0)
+        else:
+            check_trained(subject, params.llm.subjects[subject].model)
         method = build_method(method_name, params.evaluation, role=f"subject:{subject}")
         chat = llm.session(context)
         started = time.monotonic()
@@ -109,6 +139,7 @@ def build(params: Params) -> dg.Definitions:
             **chat.usage(), **prediction_stats(out), "dialogues": chosen.height,
             "dialogues_available": turns["dialogue_id"].n_unique(),
             "llm_calls_per_turn_max": method.calls_per_turn, "seconds": round(time.monotonic() - started, 1),
+            "planned": planned,
         })
         return out
 
