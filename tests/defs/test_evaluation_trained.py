@@ -11,6 +11,7 @@ from fakes import ScriptedBackend
 
 from dagster_project.cli import materialize_group
 from dagster_project.config import ParamsError, load_params, parse_params
+from dagster_project.defs.evaluation import assets as evaluation
 from dagster_project.defs.evaluation.assets import planned_partitions, training_deps
 from dagster_project.lib.warehouse import read_asset
 from defs.test_evaluation import SCRIPTED, _defs, eval_responder
@@ -71,3 +72,36 @@ def test_missing_model_fails_then_the_built_one_runs_and_unplanned_partitions_ar
     assert set(p["subject"]) == {"sft"} and set(p["method"]) == {"base"} and p.height > 0
     skipped = pl.read_parquet(tmp_path / "assets/evaluation/predictions/method=cot/subject=sft/data.parquet")
     assert skipped.height == 0
+
+
+def test_clarilm_held_out_split_is_a_dataset_and_training_overlap_is_counted(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    SCRIPTED["backend"] = ScriptedBackend(eval_responder)
+    msgs = pl.List(pl.Struct({"role": pl.Utf8, "content": pl.Utf8}))
+    (tmp_path / "assets" / "annotations").mkdir(parents=True)
+    pl.DataFrame({"question_id": ["q1", "q2", "q3"], "question": ["Book a flight", "What is 2+2?", "Plan it"],
+                  "question_source": ["QL"] * 3, "split": ["test"] * 3, "reference_action": ["clarify", "answer", None],
+                  "reference_question": ["Where to?", None, None], "reference_answer": [None, "4", None],
+                  "status": ["ok", "ok", "llm_error"]}).write_parquet(tmp_path / "assets/annotations/held_out_set.parquet")
+    pl.DataFrame({"messages": [[{"role": "user", "content": "book a FLIGHT!"}, {"role": "assistant", "content": "ok"}]]},
+                 schema={"messages": msgs}).write_parquet(tmp_path / "assets/annotations/sft_dataset.parquet")
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump({
+        "llm": {"cache_path": str(tmp_path / "cache.sqlite")},
+        "benchmark": {"n_per_subtype": 1, "subtypes": ["lexical"]},
+        "evaluation": {"methods": ["base"], "datasets": ["clarilm_test"], "bertscore": False,
+                       "judge_per_subtype": 0}}))
+    base = _defs(str(path))  # the group's assets; its checks come from build() as in definitions.py
+    defs = dg.Definitions.merge(base, dg.Definitions(asset_checks=evaluation.build(load_params(str(path))).asset_checks))
+    instance = dg.DagsterInstance.ephemeral()
+    results = materialize_group(defs, "benchmark", instance) + materialize_group(defs, "evaluation", instance)
+    assert all(r.success for r in results)
+    ext = pl.read_parquet(tmp_path / "assets/evaluation/external_dialogues.parquet")
+    assert ext.select("dataset", "dialogue_id", "reference_action", "status").rows() == [
+        ("clarilm_test", "q1", "clarify", "ok"), ("clarilm_test", "q2", "answer", "ok"),
+        ("clarilm_test", "q3", None, "no_reference")]
+    p = read_asset(tmp_path / "assets", "evaluation", "predictions")
+    assert p.height == 3 and set(p["dataset"]) == {"clarilm_test"}
+    check = next(c for r in results for c in r.get_asset_check_evaluations() if c.check_name == "held_out_disjoint")
+    assert not check.passed  # "Book a flight" is in the SFT export: the check says so
+    assert check.metadata["overlap_annotations.sft_dataset"].value == 1

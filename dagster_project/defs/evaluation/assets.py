@@ -11,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from dagster_project.config import BENCHMARK_DATASET, Params
+from dagster_project.config import BENCHMARK_DATASET, CLARILM_DATASET, Params
 from dagster_project.core.clarifymt.agent.predictions import (
     EVALUATED,
     evaluation_dialogues,
@@ -20,7 +20,11 @@ from dagster_project.core.clarifymt.agent.predictions import (
     sampled_dialogues,
 )
 from dagster_project.core.clarifymt.agent.registry import build_method
-from dagster_project.core.clarifymt.external import TURN_SCHEMA, import_dataset
+from dagster_project.core.clarifymt.external import (
+    TURN_SCHEMA,
+    held_out_turns,
+    import_dataset,
+)
 from dagster_project.core.clarifymt.judge import judge_scores as score_questions
 from dagster_project.core.clarifymt.judge import pairwise_judgements as judge_pairs
 from dagster_project.core.clarifymt.metrics import evaluation_tables
@@ -30,6 +34,8 @@ from dagster_project.core.clarifymt.report import (
     question_quality,
     write_report,
 )
+from dagster_project.core.clarifymt.trained import query_overlap
+from dagster_project.core.clarifymt.trained import trained_comparison as compare_trained
 from dagster_project.core.shared.metrics import bertscore_f1
 from dagster_project.core.shared.tables import markdown_table
 from dagster_project.io.records import InputFileError, Quarantine
@@ -81,12 +87,13 @@ def _messages(params: Params, persona_dialogues: pl.DataFrame, external_dialogue
 
 
 @dg.multi_asset(
-    group_name=GROUP, can_subset=False,
+    group_name=GROUP, can_subset=False, deps=[dg.AssetKey(["annotations", "held_out_set"])],
     outs={"external_dialogues": dg.AssetOut(key=[GROUP, "external_dialogues"], kinds={"polars"}),
           "external_dialogues_rejected": dg.AssetOut(key=[GROUP, "external_dialogues_rejected"], kinds={"polars"})},
 )
 def external_dialogues(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params]):
-    """Public clarification datasets (CLAMBER, ClariQ, generic JSONL/CSV) in the benchmark's turn schema.
+    """Public clarification datasets (CLAMBER, ClariQ, IN3, generic JSONL/CSV) and ClariLM's held-out split
+    (clarilm_test, from annotations/held_out_set) in the benchmark's turn schema.
 
     Only datasets named in evaluation.datasets are read. Malformed records go to
     `external_dialogues_rejected` with file, record number, field and reason.
@@ -94,6 +101,15 @@ def external_dialogues(context: dg.AssetExecutionContext, params: dg.ResourcePar
     turns, rejected, meta = [pl.DataFrame(schema=TURN_SCHEMA)], Quarantine(), {}
     for name in params.evaluation.datasets:
         if name == BENCHMARK_DATASET:
+            continue
+        if name == CLARILM_DATASET:
+            held_out = read_asset(ASSETS_DIR, "annotations", "held_out_set")
+            if held_out is None:
+                raise dg.Failure(description=f"evaluation.datasets lists {CLARILM_DATASET} but "
+                                             f"{ASSETS_DIR}/annotations/held_out_set.parquet is missing: "
+                                             "run `clarify materialize annotations` first")
+            turns.append(held_out_turns(held_out, name))
+            meta[f"{name}/questions"] = held_out.height
             continue
         ds = params.evaluation.external[name]
         try:
@@ -144,7 +160,8 @@ def build(params: Params) -> dg.Definitions:
         return out
 
     return dg.Definitions(assets=[external_dialogues, predictions, judge_scores, pairwise_judgements,
-                                  metric_tables, method_comparison, report])
+                                  metric_tables, method_comparison, trained_comparison, report],
+                          asset_checks=[held_out_disjoint])
 
 
 JUDGE_INS = {**upstream("evaluation/predictions"), **DIALOGUE_INS}
@@ -226,18 +243,54 @@ def method_comparison(context: dg.AssetExecutionContext, params: dg.ResourcePara
     return out
 
 
+# the training exports a trained subject may have learned from: no evaluation query may appear in them
+TRAINING_EXPORTS = ("annotations/sft_dataset", "annotations/dpo_dataset", "double_turn/clarify_sft",
+                    "double_turn/sft_dataset", "double_turn/dpo_dataset", "intents/training_conversations")
+
+
+@asset(ins=upstream("evaluation/predictions", "evaluation/judge_scores"))
+def trained_comparison(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params], predictions: pl.DataFrame,
+                       judge_scores: pl.DataFrame) -> pl.DataFrame:
+    """Trained subjects vs their reference (evaluation.trained_baseline / trained_pairs) with evaluation.trained_method
+    on the same held-out turns: accuracy (n, Wilson CI), macro-F1, protocol compliance, under/over-clarification,
+    judge score, and the paired test; `verdict` says plainly whether the trained model improved."""
+    cfg = params.evaluation
+    out = compare_trained(predictions, params.trained_pairs(), cfg.trained_method, question_quality(judge_scores),
+                          cfg.significance_alpha, cfg.min_n_significance, cfg.ttest_min_n, cfg.clarify_must_be_question)
+    context.add_output_metadata({"pairs": len(params.trained_pairs()), "rows": out.height,
+                                 "verdicts": dg.MetadataValue.json(dict(out.group_by("verdict").len().iter_rows()))})
+    return out
+
+
+@dg.asset_check(asset=trained_comparison, blocking=False, additional_ins=DIALOGUE_INS)
+def held_out_disjoint(params: dg.ResourceParam[Params], persona_dialogues: pl.DataFrame,
+                      external_dialogues: pl.DataFrame) -> dg.AssetCheckResult:
+    """No evaluation query (first user turn, normalized text) occurs in any training export on disk: the compared
+    models are measured on held-out data only."""
+    turns = evaluation_dialogues(params.evaluation, persona_dialogues, external_dialogues)
+    first = turns.filter(pl.col("turn") == 1).select("dialogue_id", "messages").explode("messages").unnest("messages")
+    queries = first.filter(pl.col("role") == "user").group_by("dialogue_id").agg(pl.col("content").first())["content"]
+    queries = queries.drop_nulls().to_list()
+    exports = {ref: df for ref in TRAINING_EXPORTS if (df := read_asset(ASSETS_DIR, *ref.split("/"))) is not None}
+    overlap = query_overlap(queries, exports)
+    return dg.AssetCheckResult(passed=sum(overlap.values()) == 0, metadata={
+        "evaluation_queries": len(set(queries)), "exports_checked": len(exports),
+        **{f"overlap_{k.replace('/', '.')}": v for k, v in overlap.items()}})
+
+
 @asset(ins=upstream("evaluation/metric_tables", "evaluation/method_comparison", "evaluation/judge_scores",
-                    "evaluation/pairwise_judgements", "evaluation/predictions"),
+                    "evaluation/pairwise_judgements", "evaluation/predictions", "evaluation/trained_comparison"),
        deps=[dg.AssetKey(["benchmark", "annotation_agreement"])])
 def report(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params], metric_tables: pl.DataFrame,
            method_comparison: pl.DataFrame, judge_scores: pl.DataFrame, pairwise_judgements: pl.DataFrame,
-           predictions: pl.DataFrame) -> pl.DataFrame:
+           predictions: pl.DataFrame, trained_comparison: pl.DataFrame) -> pl.DataFrame:
     """report.md + a self-contained report.html (plots inlined) + the plots as PNG, under
     assets/evaluation/report/; it includes the benchmark's validation round when that was built."""
     cfg = params.evaluation
     validation = read_asset(ASSETS_DIR, "benchmark", "annotation_agreement")
     inputs = ReportInputs(metric_tables, method_comparison, judge_scores, pairwise_judgements, predictions,
-                          cfg.comparison_turn, cfg.agent_method, cfg.max_dialogues, cfg.sample_seed, validation)
+                          cfg.comparison_turn, cfg.agent_method, cfg.max_dialogues, cfg.sample_seed, validation,
+                          trained_comparison)
     folder = Path(ASSETS_DIR) / GROUP / "report"
     files, text = write_report(inputs, folder)
     context.add_output_metadata({"report": dg.MetadataValue.path(str(folder / "report.html")),
