@@ -72,6 +72,9 @@ class Params(Strict):
         if unknown:
             raise ValueError(f"evaluation.subject_methods: unknown subject(s) {unknown}; "
                              f"llm.subjects has {sorted(self.llm.subjects)}")
+        bad = sorted(set(self.intents.subjects or []) - set(self.untrained_subjects()))
+        if bad:
+            raise ValueError(f"intents.subjects: {bad} not among the untrained llm.subjects {self.untrained_subjects()}")
         ev = self.evaluation
         named = {ev.trained_baseline} if ev.trained_baseline else set()
         named |= {s for pair in ev.trained_pairs for s in pair}

@@ -75,8 +75,10 @@ def _transformers_check(cfg: RoleConfig) -> tuple[str, str | None]:
         return "transformers not installed", "transformers is not installed (make install)"
     try:
         served = served_model(cfg.model)
-    except (TrainedModelMissing, ValueError) as err:
-        return "trained model not built", str(err)
+    except TrainedModelMissing as err:  # not a problem before the training group ran: it builds the folder
+        return f"not built yet ({err})", None
+    except ValueError as err:
+        return "bad model name", str(err)
     weights = "merged weights" if not served.adapters and cfg.model.startswith("training/") else served.weights
     return f"{weights}{f' + {len(served.adapters)} LoRA adapter(s)' if served.adapters else ''}", None
 
