@@ -9,7 +9,7 @@ import pytest
 import yaml
 from fakes import ScriptedBackend
 
-from dagster_project.cli import materialize_group
+from dagster_project.cli import _default_partitions, materialize_group
 from dagster_project.config import ParamsError, load_params, parse_params
 from dagster_project.defs.evaluation import assets as evaluation
 from dagster_project.defs.evaluation.assets import planned_partitions, training_deps
@@ -42,6 +42,7 @@ def test_lineage_edge_from_the_training_asset(tmp_path):
 def test_subject_methods_plan_only_their_partitions(tmp_path):
     params = load_params(_params(tmp_path))
     assert sorted(planned_partitions(params)) == ["base|sft", "base|smollm2", "cot|smollm2"]
+    assert sorted(_default_partitions("evaluation", _params(tmp_path))) == sorted(planned_partitions(params))
     assert params.evaluation.methods_for("smollm2") == ["base", "cot"]
     with pytest.raises(ParamsError, match="evaluation.subject_methods: unknown subject"):
         parse_params({"evaluation": {"subject_methods": {"nobody": ["base"]}}})
