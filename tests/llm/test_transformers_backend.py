@@ -153,3 +153,21 @@ def test_missing_training_folder_names_subject_key_and_command(tmp_path, monkeyp
         served_model("training/x", subject="x")
     with pytest.raises(ValueError, match="training/<name>"):
         served_model("training/a/b")
+
+
+def test_client_keeps_one_transformers_model_resident(tmp_path):
+    from dagster_project.config import LLMConfig
+    from dagster_project.llm.client import LLMClient
+
+    made = []
+
+    def factory(cfg):
+        made.append(cfg.model)
+        return object()
+
+    client = LLMClient(LLMConfig(cache_path=str(tmp_path / "c.sqlite")),
+                       backends={"transformers": factory, "llamacpp": factory})
+    for backend, model in [("transformers", "a"), ("transformers", "b"), ("transformers", "a"),
+                           ("llamacpp", "x.gguf"), ("llamacpp", "y.gguf"), ("llamacpp", "x.gguf")]:
+        client.backend(RoleConfig(backend=backend, model=model))
+    assert made == ["a", "b", "a", "x.gguf", "y.gguf"]  # a was dropped when b loaded; llama.cpp models stay
