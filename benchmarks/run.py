@@ -41,14 +41,15 @@ def _benchmarks() -> dict[str, Callable[[], BenchResult]]:
     from bench_logs import bench_logs
     from bench_parsing import bench_parsing
     from bench_retrieval import bench_retrieval
+    from bench_serving import bench_serving
 
     # cheap first, so a broken model install still leaves numbers for the rest
     return {"parsing": bench_parsing, "cache": bench_cache, "dedup": bench_dedup, "llm": bench_llm,
             "tokens": bench_tokens, "rerun": bench_rerun, "openai": bench_openai, "vllm": bench_vllm,
-            "retrieval": bench_retrieval, "logs": bench_logs}
+            "retrieval": bench_retrieval, "logs": bench_logs, "serving": bench_serving}
 
 
-NAMES = ("parsing", "cache", "dedup", "llm", "tokens", "rerun", "openai", "vllm", "retrieval", "logs")
+NAMES = ("parsing", "cache", "dedup", "llm", "tokens", "rerun", "openai", "vllm", "retrieval", "logs", "serving")
 # the performance table's headline ratios (ARCHITECTURE §4 / issue 10), printed together at the end
 HEADLINES = (("P1 warm-cache rerun vs cold", "rerun", "p1_warm_vs_cold"),
              ("P2 openai concurrency 32 vs 1", "openai", "p2_concurrency_speedup"),

@@ -141,7 +141,12 @@ def materialize_group(defs, group: str, instance, partitions: list[str] | None =
 
 
 def _default_partitions(group: str, params: str) -> list[str] | None:
-    """Partitions to run when none are named: for `logs`, the days that have records; else all (None)."""
+    """Partitions to run when none are named: for `logs`, the days that have records; for `evaluation`, the
+    subject x method keys evaluation.subject_methods plans; else all (None)."""
+    if group == "evaluation":
+        from dagster_project.defs.evaluation.assets import planned_partitions
+
+        return planned_partitions(load_params(params))
     return _log_days(params) if group == "logs" else None
 
 

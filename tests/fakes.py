@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 
 from dagster_project.lib.resources import LLMResource
+from dagster_project.llm.backends import BACKENDS
 from dagster_project.llm.backends.base import Job, JobOutput
 
 Responder = Callable[[Job, int], str]
@@ -56,4 +57,4 @@ def schema_responder(job: Job, idx: int) -> str:
 
 def scripted_llm(params, backend) -> LLMResource:
     """The project's LLMResource (cache, sessions, usage) with every backend replaced by a scripted one."""
-    return LLMResource(params.llm, backends={name: (lambda cfg: backend) for name in ("llamacpp", "openai", "vllm")})
+    return LLMResource(params.llm, backends={name: (lambda cfg: backend) for name in BACKENDS})

@@ -10,11 +10,12 @@ import os
 from pathlib import Path
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from dagster_project.config.base import Strict
 from dagster_project.config.clarifymt import (
     BENCHMARK_DATASET,
+    CLARILM_DATASET,
     METHOD_NAMES,
     BenchmarkConfig,
     EvaluationConfig,
@@ -43,7 +44,7 @@ from dagster_project.config.llm import (
 )
 
 __all__ = [
-    "BENCHMARK_DATASET", "METHOD_NAMES", "ROLE_NAMES", "AnnotationsConfig", "BenchmarkConfig", "DoubleTurnConfig",
+    "BENCHMARK_DATASET", "CLARILM_DATASET", "METHOD_NAMES", "ROLE_NAMES", "AnnotationsConfig", "BenchmarkConfig", "DoubleTurnConfig",
     "DoubleTurnInput", "EmbedderConfig", "EvaluationConfig", "ExternalDatasetConfig", "FacetsConfig", "IntentsConfig",
     "LLMConfig", "LogsConfig", "MethodName", "Params", "ParamsError", "QualityConfig", "QuestionsConfig",
     "RetrievalConfig", "RoleConfig", "TransformSplit", "default_params_path", "definition_params", "load_params",
@@ -64,6 +65,37 @@ class Params(Strict):
     annotations: AnnotationsConfig = Field(default_factory=AnnotationsConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     double_turn: DoubleTurnConfig = Field(default_factory=DoubleTurnConfig)
+
+    @model_validator(mode="after")
+    def _known_subjects(self) -> Params:
+        unknown = sorted(set(self.evaluation.subject_methods) - set(self.llm.subjects))
+        if unknown:
+            raise ValueError(f"evaluation.subject_methods: unknown subject(s) {unknown}; "
+                             f"llm.subjects has {sorted(self.llm.subjects)}")
+        bad = sorted(set(self.intents.subjects or []) - set(self.untrained_subjects()))
+        if bad:
+            raise ValueError(f"intents.subjects: {bad} not among the untrained llm.subjects {self.untrained_subjects()}")
+        ev = self.evaluation
+        named = {ev.trained_baseline} if ev.trained_baseline else set()
+        named |= {s for pair in ev.trained_pairs for s in pair}
+        unknown = sorted(named - set(self.llm.subjects))
+        if unknown:
+            raise ValueError(f"evaluation.trained_baseline / trained_pairs: unknown subject(s) {unknown}; "
+                             f"llm.subjects has {sorted(self.llm.subjects)}")
+        return self
+
+    def untrained_subjects(self) -> list[str]:
+        """Subjects not served from a trained model: the ones double_turn and intents evaluate (a trained model is
+        built from those groups' own exports, so it is evaluated downstream, in the evaluation group)."""
+        return [name for name, cfg in self.llm.subjects.items() if not cfg.model.startswith("training/")]
+
+    def trained_pairs(self) -> list[tuple[str, str]]:
+        """(subject, reference) comparisons: each trained subject vs evaluation.trained_baseline, then trained_pairs."""
+        ev = self.evaluation
+        pairs = [(name, ev.trained_baseline) for name, cfg in self.llm.subjects.items()
+                 if ev.trained_baseline and cfg.model.startswith("training/") and name != ev.trained_baseline]
+        pairs += [(a, b) for a, b in ev.trained_pairs if (a, b) not in pairs]
+        return pairs
 
 
 class ParamsError(ValueError):

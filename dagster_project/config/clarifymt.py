@@ -82,6 +82,7 @@ MethodName = Literal[
 """Every evaluated method (the one list: core/clarifymt/agent/registry.py builds exactly these)."""
 METHOD_NAMES: tuple[str, ...] = get_args(MethodName)
 BENCHMARK_DATASET = "clarifymt"
+CLARILM_DATASET = "clarilm_test"  # annotations/held_out_set: ClariLM's held-out split with CoTAP's reference action
 
 
 class ExternalDatasetConfig(Strict):
@@ -99,6 +100,12 @@ class EvaluationConfig(Strict):
     """ClarifyMT-Bench evaluation: methods x subjects, datasets, method knobs (read by the methods directly), judge."""
 
     methods: list[MethodName] = Field(default_factory=lambda: ["base"])
+    subject_methods: dict[str, list[MethodName]] = Field(
+        default_factory=dict, description="subject -> the methods it runs (a subset of methods); unlisted: all")
+    trained_baseline: str | None = Field(None, description="the untrained subject every trained subject "
+                                                           "(model training/<name>) is compared with")
+    trained_pairs: list[list[str]] = Field(default_factory=list, description="more [subject, reference] comparisons")
+    trained_method: MethodName = Field("base", description="the method trained subjects are compared with")
     datasets: list[str] = Field(default_factory=lambda: [BENCHMARK_DATASET])
     external: dict[str, ExternalDatasetConfig] = Field(default_factory=dict)
     max_dialogues: int | None = Field(None, gt=0, description="per dataset; null = every dialogue (paper)")
@@ -132,13 +139,23 @@ class EvaluationConfig(Strict):
     def _consistent(self) -> EvaluationConfig:
         if len(set(self.methods)) != len(self.methods):
             raise ValueError("evaluation.methods: a method is listed twice")
-        known = {BENCHMARK_DATASET, *self.external}
+        known = {BENCHMARK_DATASET, CLARILM_DATASET, *self.external}
         bad = sorted(set(self.datasets) - known)
         if bad:
             raise ValueError(f"evaluation.datasets: unknown {bad}; known: {sorted(known)} "
                              "(add external ones under evaluation.external)")
-        if BENCHMARK_DATASET in self.external:
-            raise ValueError(f"evaluation.external: {BENCHMARK_DATASET!r} is reserved for the generated benchmark")
+        for reserved in {BENCHMARK_DATASET, CLARILM_DATASET} & set(self.external):
+            raise ValueError(f"evaluation.external: {reserved!r} is reserved for the project's own held-out set")
+        for subject, chosen in self.subject_methods.items():
+            extra = sorted(set(chosen) - set(self.methods))
+            if extra or not chosen:
+                raise ValueError(f"evaluation.subject_methods.{subject}: {extra or 'an empty list'} "
+                                 f"not in evaluation.methods {self.methods}")
+        bad_pairs = [p for p in self.trained_pairs if len(p) != 2 or p[0] == p[1]]
+        if bad_pairs:
+            raise ValueError(f"evaluation.trained_pairs: each entry is two different subjects, got {bad_pairs[0]}")
+        if (self.trained_baseline or self.trained_pairs) and self.trained_method not in self.methods:
+            raise ValueError(f"evaluation.trained_method {self.trained_method!r} is not in evaluation.methods")
         for pair in self.judge_pairs:
             if len(pair) != 2 or pair[0] == pair[1]:
                 raise ValueError(f"evaluation.judge_pairs: each entry is two different methods, got {pair}")
@@ -146,3 +163,7 @@ class EvaluationConfig(Strict):
             if missing:
                 raise ValueError(f"evaluation.judge_pairs: {missing} not in evaluation.methods")
         return self
+
+    def methods_for(self, subject: str) -> list[str]:
+        """The methods `subject` is evaluated with: its evaluation.subject_methods entry, else every method."""
+        return list(self.subject_methods.get(subject, self.methods))

@@ -64,6 +64,7 @@ class IntentsConfig(Strict):
     n_test_unambiguous: int = Field(3, ge=0)
     n_test_ood: int = Field(2, ge=0)                   # user-provided out-of-domain utterances
     n_test_dropout: int = Field(2, ge=0)               # label-dropout OOD made from unambiguous test utterances
+    subjects: list[str] | None = None                  # subject models evaluated here; null = every untrained one
 
 
 class RetrievalConfig(Strict):

@@ -13,7 +13,7 @@ from dagster_project.config.home import home_path
 class RoleConfig(Strict):
     """One model behind a role: which backend, which model, and its sampling defaults."""
 
-    backend: Literal["llamacpp", "openai", "vllm"] = "llamacpp"
+    backend: Literal["llamacpp", "openai", "vllm", "transformers"] = "llamacpp"
     model: str = "smollm2-135m-instruct"
     base_url: str | None = None
     api_key_env: str | None = None
@@ -26,6 +26,7 @@ class RoleConfig(Strict):
     max_retries: int = Field(3, ge=0)
     n_ctx: int = Field(2048, gt=0)
     n_threads: int | None = None
+    # vllm: passed to vllm.LLM; transformers: device (auto | cpu | cuda), dtype (float32 | bfloat16 | float16), batch_size
     engine_kwargs: dict[str, object] = Field(default_factory=dict)
     # openai backend: how a JSON schema is sent. "json_schema" is OpenAI's / vLLM's format;
     # "json_object" sends {"type": "json_object", "schema": ...} (llama-cpp-python's server).
@@ -41,6 +42,9 @@ class RoleConfig(Strict):
     def _openai_needs_endpoint(self) -> RoleConfig:
         if self.backend == "openai" and not self.base_url:
             raise ValueError("backend 'openai' needs base_url (e.g. https://api.openai.com/v1)")
+        if self.model.startswith("training/") and self.backend != "transformers":
+            raise ValueError(f"model {self.model!r} (a trained model) needs backend 'transformers', "
+                             f"got {self.backend!r}")
         return self
 
 

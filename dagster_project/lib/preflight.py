@@ -67,6 +67,22 @@ def cache_problem(cache_path: str | Path) -> str | None:
     return None
 
 
+def _transformers_check(cfg: RoleConfig) -> tuple[str, str | None]:
+    """A trained model's folder (adapter + base, or merged), a local HF folder, or a GGUF converted on first use."""
+    from dagster_project.llm.trained import TrainedModelMissing, served_model
+
+    if importlib.util.find_spec("transformers") is None:
+        return "transformers not installed", "transformers is not installed (make install)"
+    try:
+        served = served_model(cfg.model)
+    except TrainedModelMissing as err:  # not a problem before the training group ran: it builds the folder
+        return f"not built yet ({err})", None
+    except ValueError as err:
+        return "bad model name", str(err)
+    weights = "merged weights" if not served.adapters and cfg.model.startswith("training/") else served.weights
+    return f"{weights}{f' + {len(served.adapters)} LoRA adapter(s)' if served.adapters else ''}", None
+
+
 def role_check(cfg: RoleConfig, timeout_s: float) -> tuple[str, str | None]:
     """(what was found, the problem or None) for one role's model: the GGUF file, the vllm package, or the
     endpoint (GET /models within ``timeout_s``; a missing key or an HTTP 401/403 is a problem). Never shows a key."""
@@ -80,6 +96,8 @@ def role_check(cfg: RoleConfig, timeout_s: float) -> tuple[str, str | None]:
         except FileNotFoundError as err:
             return "GGUF file missing", str(err)
         return f"GGUF file {path.name} ({path.stat().st_size / 1e6:.0f} MB)", None
+    if cfg.backend == "transformers":
+        return _transformers_check(cfg)
     if cfg.backend == "vllm":
         where = "local folder" if Path(cfg.model).is_dir() else "model id (vLLM loads it at start)"
         if importlib.util.find_spec("vllm") is None:

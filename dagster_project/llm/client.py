@@ -36,6 +36,8 @@ from dagster_project.llm.chat import (
 from dagster_project.llm.identity import cache_identity
 from dagster_project.llm.redact import Redactor
 
+SINGLE_RESIDENT = {"transformers"}  # in-process weights: a new model of this backend replaces the last one in memory
+
 
 class DryRun(Protocol):
     """The client's planning hook: answers the samples the cache could not, instead of any backend.
@@ -114,6 +116,9 @@ class LLMClient:
     def backend(self, cfg: RoleConfig) -> Backend:
         key = cfg.model_dump_json()  # the whole role config: key, limits and engine settings are per role
         if key not in self._backends:
+            if cfg.backend in SINGLE_RESIDENT:  # one evaluation run serves many trained models, one after another
+                for old in [k for k in self._backends if RoleConfig.model_validate_json(k).backend == cfg.backend]:
+                    del self._backends[old]
             self._backends[key] = self._factories[cfg.backend](cfg)
         return self._backends[key]
 

@@ -1,8 +1,9 @@
 """Who answers a role, for the cache key: backend + model + endpoint (URL) or model-file fingerprint.
 
 A reply is served from the cache only to the same backend and model at the same endpoint (openai: the
-base URL; llamacpp and vLLM from a local path: a fingerprint of the weights), so a different server or
-model file never receives another's replies. Roles that set the same `cache_namespace` share replies
+base URL; llamacpp and vLLM from a local path: a fingerprint of the weights; transformers: the weights and every
+LoRA adapter applied to them), so a different server, model file or retrained adapter never receives another's
+replies. Roles that set the same `cache_namespace` share replies
 deliberately (e.g. one vLLM model behind two URLs). Never includes the API key or timeouts.
 """
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from dagster_project.config import RoleConfig
+from dagster_project.llm.trained import TrainedModelMissing, served_model
 
 KEY_VERSION = 2  # 1: (backend, model) only, before the endpoint entered the key
 _SAMPLE_BYTES = 1 << 20  # hashed from each end of a weights file
@@ -28,6 +30,8 @@ def cache_identity(cfg: RoleConfig) -> dict[str, str]:
         return ident | {"endpoint": normalize_url(cfg.base_url or "")}
     if cfg.backend == "llamacpp":
         return ident | {"model_file": _gguf_fingerprint(cfg.model)}
+    if cfg.backend == "transformers":
+        return ident | {"model_file": served_fingerprint(cfg.model)}
     local = Path(cfg.model).expanduser()
     return ident | {"model_file": fingerprint(local)} if local.exists() else ident
 
@@ -38,6 +42,28 @@ def normalize_url(url: str) -> str:
     host = (parts.hostname or "").lower()
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme.lower(), netloc, parts.path.rstrip("/"), "", ""))
+
+
+def served_fingerprint(model: str) -> str:
+    """The transformers backend's weights (a folder, a GGUF it converts, or a trained model's base) and adapters;
+    "missing" when a trained model is not built yet (the backend fails those rows)."""
+    try:
+        served = served_model(model)
+    except (TrainedModelMissing, ValueError):
+        return "missing"
+    parts = [_weights_fingerprint(served.weights, served.base_fingerprint), *map(fingerprint, served.adapters)]
+    return parts[0] if len(parts) == 1 else hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+
+def _weights_fingerprint(spec: str, recorded: str | None) -> str:
+    """A local folder or file by content, a GGUF alias by its file, a hub id by the fingerprint training recorded."""
+    from dagster_project.llm.backends.llamacpp import KNOWN_GGUF
+
+    if Path(spec).expanduser().exists():
+        return fingerprint(Path(spec).expanduser())
+    if spec in KNOWN_GGUF or spec.endswith(".gguf"):
+        return _gguf_fingerprint(spec)
+    return recorded or f"hub:{spec}"
 
 
 def _gguf_fingerprint(model: str) -> str:

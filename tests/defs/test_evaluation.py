@@ -136,7 +136,7 @@ def test_stages_run_upstream_then_partitions_then_tables(tmp_path):
     assert names[0] == ["evaluation/external_dialogues", "evaluation/external_dialogues_rejected"]
     assert names[1] == ["evaluation/predictions"] and stages[1][0] is not None
     assert set(names[2]) == {"evaluation/judge_scores", "evaluation/pairwise_judgements", "evaluation/metric_tables",
-                             "evaluation/method_comparison", "evaluation/report"}
+                             "evaluation/method_comparison", "evaluation/trained_comparison", "evaluation/report"}
     keys = stages[1][0].get_partition_keys()
     assert len(keys) == len(METHOD_NAMES) and "base|smollm2" in keys
 

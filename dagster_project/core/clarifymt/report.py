@@ -64,6 +64,7 @@ class ReportInputs:
     max_dialogues: int | None = None
     sample_seed: int = 0
     validation: pl.DataFrame | None = None  # benchmark/annotation_agreement: None for external datasets only
+    trained: pl.DataFrame | None = None  # evaluation/trained_comparison: trained subjects vs their reference
 
 
 def _persona_table(cmp: pl.DataFrame, scope: str, methods: Sequence[str] | None = None, std: bool = True,
@@ -151,6 +152,7 @@ def render_report(inputs: ReportInputs, plots: Sequence[str] = ()) -> str:
                   "diff_vs_reference = method accuracy - agent accuracy on the same turns, with a 95% CI "
                   "(Agresti-Min); `test` names the test whose p_value decides.\n",
                   markdown_table(sig, plain=["p_value", "p_ttest", "p_mcnemar"])]
+    parts += trained_section(inputs.trained)
     errors = pred.group_by("dataset", "subject", "method").agg(
         pl.len().alias("turns"), (pl.col("status") == Status.PARSE_ERROR.value).sum().alias("parse_errors"),
         (pl.col("action") == "invalid").sum().alias("invalid_outputs"),
@@ -178,6 +180,46 @@ def render_report(inputs: ReportInputs, plots: Sequence[str] = ()) -> str:
     parts += _quality_sections(inputs, plots)
     parts += _trace_example(pred, inputs.agent_method)
     return "\n".join(parts)
+
+
+def _vs(a: float | None, b: float | None) -> str:
+    return f"{_pct(a) or '-'} / {_pct(b) or '-'}"
+
+
+def trained_section(trained: pl.DataFrame | None) -> list[str]:
+    """'Trained models': each trained subject vs its reference on held-out data, one table and one plain sentence
+    per comparison (which says so when the trained model does not improve)."""
+    if trained is None or trained.is_empty():
+        return []
+    rows, lines = [], []
+    for r in trained.iter_rows(named=True):
+        diff = "" if r["diff"] is None else (f"{r['diff'] * 100:+.1f} [{r['diff_ci_low'] * 100:+.1f}, "
+                                             f"{r['diff_ci_high'] * 100:+.1f}]")
+        rows.append({"dataset": r["dataset"], "subject": r["subject"], "reference": r["reference"],
+                     "n / ref n": f"{r['n']} / {r['ref_n']}",
+                     "acc [95% CI]": _pct_ci(r["accuracy"], r["accuracy_ci_low"], r["accuracy_ci_high"]),
+                     "ref acc [95% CI]": _pct_ci(r["ref_accuracy"], r["ref_accuracy_ci_low"], r["ref_accuracy_ci_high"]),
+                     "macro-F1": _vs(r["macro_f1"], r["ref_macro_f1"]),
+                     "protocol": _vs(r["protocol_compliance"], r["ref_protocol_compliance"]),
+                     "under": _vs(r["under_clarification"], r["ref_under_clarification"]),
+                     "over": _vs(r["over_clarification"], r["ref_over_clarification"]),
+                     "judge (n)": "" if r["judge_score"] is None and r["ref_judge_score"] is None else
+                     f"{r['judge_score'] if r['judge_score'] is not None else '-'} ({r['judge_n']}) / "
+                     f"{r['ref_judge_score'] if r['ref_judge_score'] is not None else '-'} ({r['ref_judge_n']})",
+                     "diff [95% CI]": diff, "test": r["test"],
+                     "p": "" if r["p_value"] is None else f"{r['p_value']:.3g}", "verdict": r["verdict"]})
+        lines.append(f"- **{r['subject']}** vs {r['reference']} on {r['dataset']} ({r['method']}, "
+                     f"{r['n_paired']} paired turns): {r['verdict']}" + (
+                         f"; accuracy {_pct(r['accuracy'])} vs {_pct(r['ref_accuracy'])}, difference {diff} points, "
+                         f"{r['test']} p = {r['p_value']:.3g}." if r["diff"] is not None else "."))
+    intro = ("Each trained subject against its reference model with the same method on the same held-out turns: "
+             "nothing was trained or tuned on these sets (the `held_out_disjoint` check counts evaluation queries "
+             "found in any training export; it must be 0). Pairs are `subject / reference`: accuracy with n and a "
+             "Wilson 95% CI; macro-F1 of ask/answer, protocol compliance and under-/over-clarification in percent; "
+             "judge score 0-5 where judged; diff = subject - reference accuracy in points with a 95% CI "
+             "(Agresti-Min), tested with exact McNemar (the paired t-test from evaluation.ttest_min_n turns on). "
+             "A trained model counts as improved only when the difference is significant.\n")
+    return ["## Trained models\n", intro, markdown_table(pl.DataFrame(rows)), "\n".join(lines) + "\n"]
 
 
 def _validation_section(agreement: pl.DataFrame | None) -> list[str]:

@@ -244,7 +244,7 @@ def eval_interactions(context: dg.AssetExecutionContext, params: dg.ResourcePara
     """Every subject x system x eval query: turn 2, the eval_simulator's user replies, answers after
     clarifying, F1."""
     cfg = params.double_turn
-    subjects = evaluation.eval_subjects(cfg, list(params.llm.subjects))
+    subjects = evaluation.eval_subjects(cfg, params.untrained_subjects())
     queries = qa.selected(qa_sets, "eval")
     chat = llm.session(context)
     out = evaluation.eval_interactions(chat, qa_sets, queries, subjects, cfg)

@@ -11,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from dagster_project.config import BENCHMARK_DATASET, Params
+from dagster_project.config import BENCHMARK_DATASET, CLARILM_DATASET, Params
 from dagster_project.core.clarifymt.agent.predictions import (
     EVALUATED,
     evaluation_dialogues,
@@ -20,7 +20,11 @@ from dagster_project.core.clarifymt.agent.predictions import (
     sampled_dialogues,
 )
 from dagster_project.core.clarifymt.agent.registry import build_method
-from dagster_project.core.clarifymt.external import TURN_SCHEMA, import_dataset
+from dagster_project.core.clarifymt.external import (
+    TURN_SCHEMA,
+    held_out_turns,
+    import_dataset,
+)
 from dagster_project.core.clarifymt.judge import judge_scores as score_questions
 from dagster_project.core.clarifymt.judge import pairwise_judgements as judge_pairs
 from dagster_project.core.clarifymt.metrics import evaluation_tables
@@ -30,6 +34,8 @@ from dagster_project.core.clarifymt.report import (
     question_quality,
     write_report,
 )
+from dagster_project.core.clarifymt.trained import query_overlap
+from dagster_project.core.clarifymt.trained import trained_comparison as compare_trained
 from dagster_project.core.shared.metrics import bertscore_f1
 from dagster_project.core.shared.tables import markdown_table
 from dagster_project.io.records import InputFileError, Quarantine
@@ -37,6 +43,7 @@ from dagster_project.lib.assets import group_asset, upstream
 from dagster_project.lib.embedder import minilm_path
 from dagster_project.lib.resources import EmbedderResource, LLMResource
 from dagster_project.lib.warehouse import ASSETS_DIR, read_asset
+from dagster_project.llm.trained import TrainedModelMissing, served_model, training_name
 
 GROUP = "evaluation"
 asset = group_asset(GROUP)
@@ -68,13 +75,37 @@ def _messages(params: Params, dialogues: dict[str, pl.DataFrame]) -> pl.DataFram
     return _turns(params, dialogues).select("dataset", "dialogue_id", "turn", "messages")
 
 
+def planned_partitions(params: Params) -> list[str]:
+    """The subject x method keys evaluation.subject_methods plans (every key when it is empty): what
+    `clarify materialize evaluation` runs; the others exist in the grid but are skipped."""
+    pdef = partitions_for(params)
+    return [k for k in pdef.get_partition_keys()
+            if k.keys_by_dimension["method"] in params.evaluation.methods_for(k.keys_by_dimension["subject"])]
+
+
+def training_deps(params: Params) -> list[dg.AssetKey]:
+    """training/<name> for every subject served from a trained model: the lineage edge training -> predictions."""
+    names = {training_name(cfg.model) for cfg in params.llm.subjects.values()}
+    return [dg.AssetKey(["training", n]) for n in sorted(n for n in names if n)]
+
+
+def check_trained(subject: str, model: str) -> None:
+    """Fail before any LLM call when a subject's trained model is not built (names the params key and command)."""
+    if training_name(model):
+        try:
+            served_model(model, subject)
+        except TrainedModelMissing as err:
+            raise dg.Failure(description=str(err)) from None
+
+
 @dg.multi_asset(
-    group_name=GROUP, can_subset=False,
+    group_name=GROUP, can_subset=False, deps=[dg.AssetKey(["annotations", "held_out_set"])],
     outs={"external_dialogues": dg.AssetOut(key=[GROUP, "external_dialogues"], kinds={"polars"}),
           "external_dialogues_rejected": dg.AssetOut(key=[GROUP, "external_dialogues_rejected"], kinds={"polars"})},
 )
 def external_dialogues(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params]):
-    """Public clarification datasets (CLAMBER, ClariQ, generic JSONL/CSV) in the benchmark's turn schema.
+    """Public clarification datasets (CLAMBER, ClariQ, IN3, generic JSONL/CSV) and ClariLM's held-out split
+    (clarilm_test, from annotations/held_out_set) in the benchmark's turn schema.
 
     Only datasets named in evaluation.datasets are read. Malformed records go to
     `external_dialogues_rejected` with file, record number, field and reason.
@@ -82,6 +113,15 @@ def external_dialogues(context: dg.AssetExecutionContext, params: dg.ResourcePar
     turns, rejected, meta = [pl.DataFrame(schema=TURN_SCHEMA)], Quarantine(), {}
     for name in params.evaluation.datasets:
         if name == BENCHMARK_DATASET:
+            continue
+        if name == CLARILM_DATASET:
+            held_out = read_asset(ASSETS_DIR, "annotations", "held_out_set")
+            if held_out is None:
+                raise dg.Failure(description=f"evaluation.datasets lists {CLARILM_DATASET} but "
+                                             f"{ASSETS_DIR}/annotations/held_out_set.parquet is missing: "
+                                             "run `clarify materialize annotations` first")
+            turns.append(held_out_turns(held_out, name))
+            meta[f"{name}/questions"] = held_out.height
             continue
         ds = params.evaluation.external[name]
         try:
@@ -102,7 +142,7 @@ def build(params: Params) -> dg.Definitions:
 
     ins = dialogue_ins(params)
 
-    @asset(partitions_def=partitions_for(params), ins=ins)
+    @asset(partitions_def=partitions_for(params), ins=ins, deps=training_deps(params))
     def predictions(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                     llm: dg.ResourceParam[LLMResource], embedder: EmbedderResource,
                     **dialogues: pl.DataFrame) -> pl.DataFrame:
@@ -115,6 +155,12 @@ def build(params: Params) -> dg.Definitions:
         turns = _turns(params, dialogues)
         chosen = sampled_dialogues(params.evaluation, turns)
         selected = turns.join(chosen, on=["dataset", "dialogue_id"], how="semi")
+        planned = method_name in params.evaluation.methods_for(subject)
+        if not planned:  # an empty partition, so a UI backfill of the whole grid does not fail on it
+            context.log.info(f"{subject} x {method_name}: skipped (evaluation.subject_methods.{subject})")
+            selected, chosen = selected.head(0), chosen.head(0)
+        else:
+            check_trained(subject, params.llm.subjects[subject].model)
         method = build_method(method_name, params.evaluation, role=f"subject:{subject}")
         chat = llm.session(context)
         started = time.monotonic()
@@ -123,6 +169,7 @@ def build(params: Params) -> dg.Definitions:
             **chat.usage(), **prediction_stats(out), "dialogues": chosen.height,
             "dialogues_available": turns["dialogue_id"].n_unique(),
             "llm_calls_per_turn_max": method.calls_per_turn, "seconds": round(time.monotonic() - started, 1),
+            "planned": planned,
         })
         return out
 
@@ -130,7 +177,8 @@ def build(params: Params) -> dg.Definitions:
     return dg.Definitions(assets=[
         external_dialogues, predictions, asset(judge_scores, name="judge_scores", ins=judge_ins),
         asset(pairwise_judgements, name="pairwise_judgements", ins=judge_ins),
-        metric_tables, method_comparison, report])
+        metric_tables, method_comparison, trained_comparison, report],
+        asset_checks=[held_out_check(ins)])
 
 
 def judge_scores(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
@@ -207,18 +255,67 @@ def method_comparison(context: dg.AssetExecutionContext, params: dg.ResourcePara
     return out
 
 
+# the training exports a trained subject may have learned from: no evaluation query may appear in them
+TRAINING_EXPORTS = ("annotations/sft_dataset", "annotations/dpo_dataset", "double_turn/clarify_sft",
+                    "double_turn/sft_dataset", "double_turn/dpo_dataset", "intents/training_conversations")
+
+
+@asset(ins=upstream("evaluation/predictions", "evaluation/judge_scores"))
+def trained_comparison(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params], predictions: pl.DataFrame,
+                       judge_scores: pl.DataFrame) -> pl.DataFrame:
+    """Trained subjects vs their reference (evaluation.trained_baseline / trained_pairs) with evaluation.trained_method
+    on the same held-out turns: accuracy (n, Wilson CI), macro-F1, protocol compliance, under/over-clarification,
+    judge score, and the paired test; `verdict` says plainly whether the trained model improved."""
+    cfg = params.evaluation
+    out = compare_trained(predictions, params.trained_pairs(), cfg.trained_method, question_quality(judge_scores),
+                          cfg.significance_alpha, cfg.min_n_significance, cfg.ttest_min_n, cfg.clarify_must_be_question)
+    context.add_output_metadata({"pairs": len(params.trained_pairs()), "rows": out.height,
+                                 "verdicts": dg.MetadataValue.json(dict(out.group_by("verdict").len().iter_rows()))})
+    return out
+
+
+def held_out_check(ins: dict[str, dg.AssetIn]) -> dg.AssetChecksDefinition:
+    """`held_out_disjoint` on trained_comparison, reading the dialogue inputs the params ask for (asset checks take
+    named inputs only)."""
+    deco = dg.asset_check(asset=trained_comparison, name="held_out_disjoint", blocking=False, additional_ins=ins)
+    if "persona_dialogues" in ins:
+        def check(params: dg.ResourceParam[Params], persona_dialogues: pl.DataFrame,
+                  external_dialogues: pl.DataFrame) -> dg.AssetCheckResult:
+            return held_out_disjoint(params, persona_dialogues=persona_dialogues, external_dialogues=external_dialogues)
+    else:
+        def check(params: dg.ResourceParam[Params], external_dialogues: pl.DataFrame) -> dg.AssetCheckResult:
+            return held_out_disjoint(params, external_dialogues=external_dialogues)
+    check.__doc__ = held_out_disjoint.__doc__
+    return deco(check)
+
+
+def held_out_disjoint(params: Params, **dialogues: pl.DataFrame) -> dg.AssetCheckResult:
+    """No evaluation query (first user turn, normalized text) occurs in any training export on disk: the compared
+    models are measured on held-out data only."""
+    turns = _turns(params, dialogues)
+    first = turns.filter(pl.col("turn") == 1).select("dialogue_id", "messages").explode("messages").unnest("messages")
+    queries = first.filter(pl.col("role") == "user").group_by("dialogue_id").agg(pl.col("content").first())["content"]
+    queries = queries.drop_nulls().to_list()
+    exports = {ref: df for ref in TRAINING_EXPORTS if (df := read_asset(ASSETS_DIR, *ref.split("/"))) is not None}
+    overlap = query_overlap(queries, exports)
+    return dg.AssetCheckResult(passed=sum(overlap.values()) == 0, metadata={
+        "evaluation_queries": len(set(queries)), "exports_checked": len(exports),
+        **{f"overlap_{k.replace('/', '.')}": v for k, v in overlap.items()}})
+
+
 @asset(ins=upstream("evaluation/metric_tables", "evaluation/method_comparison", "evaluation/judge_scores",
-                    "evaluation/pairwise_judgements", "evaluation/predictions"),
+                    "evaluation/pairwise_judgements", "evaluation/predictions", "evaluation/trained_comparison"),
        deps=[dg.AssetKey(["benchmark", "annotation_agreement"])])
 def report(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params], metric_tables: pl.DataFrame,
            method_comparison: pl.DataFrame, judge_scores: pl.DataFrame, pairwise_judgements: pl.DataFrame,
-           predictions: pl.DataFrame) -> pl.DataFrame:
+           predictions: pl.DataFrame, trained_comparison: pl.DataFrame) -> pl.DataFrame:
     """report.md + a self-contained report.html (plots inlined) + the plots as PNG, under
     assets/evaluation/report/; it includes the benchmark's validation round when that was built."""
     cfg = params.evaluation
     validation = read_asset(ASSETS_DIR, "benchmark", "annotation_agreement")
     inputs = ReportInputs(metric_tables, method_comparison, judge_scores, pairwise_judgements, predictions,
-                          cfg.comparison_turn, cfg.agent_method, cfg.max_dialogues, cfg.sample_seed, validation)
+                          cfg.comparison_turn, cfg.agent_method, cfg.max_dialogues, cfg.sample_seed, validation,
+                          trained_comparison)
     folder = Path(ASSETS_DIR) / GROUP / "report"
     files, text = write_report(inputs, folder)
     context.add_output_metadata({"report": dg.MetadataValue.path(str(folder / "report.html")),

@@ -201,7 +201,7 @@ def eval_conversations(context: dg.AssetExecutionContext, params: dg.ResourcePar
     demos, _ = _demos(cfg, catalog)
     chat = llm.session(context)
     out = evaluation.eval_conversations(chat, catalog, demos, intent_utterances, ambiguous_queries, cfg,
-                                        list(params.llm.subjects), params.llm.role(USER_ROLE).seed)
+                                        cfg.subjects or params.untrained_subjects(), params.llm.role(USER_ROLE).seed)
     out = out.with_columns(source=pl.lit("simulated"))
     context.add_output_metadata({**chat.usage(), "messages": out.height,
                                  "conversations": out["conversation_id"].n_unique(),

@@ -1,0 +1,173 @@
+"""The transformers backend on the real SmolLM2 HF folder (a few tokens per call) and trained-model folders made here
+with peft (random LoRA B, so an adapter changes the logits): batching, seeds, truncation, adapters, cache identity."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from dagster_project.config import RoleConfig
+from dagster_project.lib.hf_models import hf_model_dir
+from dagster_project.llm.backends.base import Job
+from dagster_project.llm.backends.transformers import (
+    TransformersBackend,
+    engine_options,
+    load_model,
+    row_sampler,
+    with_schema,
+)
+from dagster_project.llm.identity import cache_identity
+from dagster_project.llm.trained import TrainedModelMissing, served_model
+
+JOKE = ({"role": "user", "content": "Tell me a long joke about cats."},)
+CAPITAL = ({"role": "user", "content": "What is the capital of France?"},)
+
+
+@pytest.fixture(scope="module")
+def base_dir() -> Path:
+    return hf_model_dir("smollm2-135m-instruct").resolve()  # converted once (float32), reused afterwards
+
+
+@pytest.fixture(scope="module")
+def backend(base_dir: Path) -> TransformersBackend:
+    return TransformersBackend(RoleConfig(backend="transformers", model=str(base_dir), engine_kwargs={"batch_size": 4}))
+
+
+def save_adapter(base_dir: Path, folder: Path, seed: int) -> None:
+    """A LoRA adapter with random A and B (init_lora_weights=False) plus the tokenizer, as the training group saves."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    peft = get_peft_model(model, LoraConfig(r=2, lora_alpha=64, target_modules=["q_proj", "v_proj"],
+                                            init_lora_weights=False))
+    peft.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(base_dir).save_pretrained(folder)
+
+
+def training_folder(root: Path, name: str, base_dir: Path, seed: int = 0, init_adapter: str | None = None) -> Path:
+    folder = root / "assets" / "training" / name
+    save_adapter(base_dir, folder / "adapter", seed)
+    meta = {"name": name, "kind": "sft", "base_model": str(base_dir), "base_fingerprint": "f", "config": {},
+            "data": {"asset": "annotations/sft_dataset", "rows": 1, "sha256": "x"}, "final_loss": 1.0, "steps": 1}
+    if init_adapter:
+        meta["init_adapter"] = init_adapter
+    (folder / "training.json").write_text(json.dumps(meta))
+    return folder
+
+
+def sampled(messages, n: int, seed: int = 0, max_tokens: int = 4, temperature: float = 0.9) -> Job:
+    return Job(messages, {"temperature": temperature, "top_p": 0.9, "max_tokens": max_tokens, "seed": seed},
+               list(range(n)), None)
+
+
+def test_batched_samples_are_seeded_per_sample_not_per_batch(backend: TransformersBackend):
+    both = backend.generate([sampled(JOKE, 2), sampled(CAPITAL, 2)])
+    alone = backend.generate([sampled(JOKE, 2)])[0]
+    assert [len(o.texts) for o in both] == [2, 2] and not any(o.error for o in both)
+    assert alone.texts == both[0].texts  # the same draws whether or not another request shared the batch
+    assert both[0].truncated == [True, True]  # a long joke does not fit in 4 tokens
+    assert 0 < both[0].tokens_out <= 8 and both[0].tokens_in > 10
+    other_seed = backend.generate([sampled(JOKE, 2, seed=7)])[0]
+    assert other_seed.texts != alone.texts or other_seed.texts[0] != other_seed.texts[1]
+
+
+def test_greedy_decodes_once_and_copies(backend: TransformersBackend):
+    out = backend.generate([sampled(CAPITAL, 2, temperature=0.0, max_tokens=3)])[0]
+    assert len(out.texts) == 2 and out.texts[0] == out.texts[1] and out.texts[0]
+
+
+def test_row_sampler_draws_depend_on_the_seed_only():
+    scores = torch.log_softmax(torch.randn(3, 50, generator=torch.Generator().manual_seed(1)), dim=-1)
+    scores[2] = scores[0]
+    a = row_sampler([5, 6, 5], 1.0, 0.8, "cpu")(None, scores)
+    b = row_sampler([5], 1.0, 0.8, "cpu")(None, scores[:1])
+    picks = a.argmax(-1)
+    assert picks[0] == picks[2] == b.argmax(-1)[0]  # same seed, same scores: same token, wherever the row sits
+    assert torch.isinf(a).sum() == 3 * 49  # only the drawn token is left
+
+
+def test_engine_options_and_schema_prompt():
+    assert engine_options({}, cuda_available=False) == ("cpu", "float32", 16)
+    assert engine_options({}, cuda_available=True) == ("cuda", "bfloat16", 16)
+    assert engine_options({"device": "cpu", "batch_size": 2}, cuda_available=True) == ("cpu", "float32", 2)
+    with pytest.raises(ValueError, match="max_model_len"):
+        engine_options({"max_model_len": 8}, cuda_available=False)
+    msgs = with_schema([{"role": "system", "content": "s"}, {"role": "user", "content": "q"}], {"type": "object"})
+    assert msgs[0]["content"] == "s" and msgs[1]["content"].startswith("q\n\nReply with only a JSON object")
+
+
+def test_adapter_changes_logits_and_init_adapter_is_merged_first(base_dir, backend, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    training_folder(tmp_path, "sft", base_dir, seed=1)
+    training_folder(tmp_path, "dpo", base_dir, seed=2, init_adapter="training/sft")
+    served = served_model("training/dpo")
+    assert [a.parent.name for a in served.adapters] == ["sft", "dpo"] and served.weights == str(base_dir)
+    ids = backend.tok("Hello there", return_tensors="pt")
+    logits = {}
+    for name in ("sft", "dpo"):
+        model, _ = load_model(served_model(f"training/{name}"), "cpu", "float32")
+        with torch.inference_mode():
+            logits[name] = model(**ids).logits
+    with torch.inference_mode():
+        base = backend.model(**ids).logits
+    assert not torch.allclose(base, logits["sft"], atol=1e-3)
+    assert not torch.allclose(logits["sft"], logits["dpo"], atol=1e-3)
+
+
+def test_merged_model_folder_is_preferred(base_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "assets" / "training" / "m"
+    (folder / "model").mkdir(parents=True)
+    (folder / "model" / "config.json").write_text("{}")
+    (folder / "training.json").write_text(json.dumps({"base_model": str(base_dir)}))
+    served = served_model("training/m")
+    assert served.weights == str(Path("assets/training/m/model")) and served.adapters == ()
+
+
+def test_identity_follows_the_adapter(base_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = RoleConfig(backend="transformers", model="training/sft")
+    assert cache_identity(cfg)["model_file"] == "missing"
+    folder = training_folder(tmp_path, "sft", base_dir, seed=1)
+    first = cache_identity(cfg)
+    save_adapter(base_dir, folder / "adapter", seed=3)  # retrained: new weights in the same place
+    second = cache_identity(cfg)
+    assert first["model_file"] != second["model_file"] != "missing"
+    plain = cache_identity(RoleConfig(backend="transformers", model=str(base_dir)))["model_file"]
+    assert plain not in (first["model_file"], second["model_file"])
+
+
+def test_missing_training_folder_names_subject_key_and_command(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TrainedModelMissing) as err:
+        served_model("training/clarilm_sft", subject="clarilm_sft")
+    msg = str(err.value)
+    assert "llm.subjects.clarilm_sft.model" in msg and "clarify materialize training" in msg
+    assert "assets/training/clarilm_sft/training.json" in msg
+    (tmp_path / "assets" / "training" / "x").mkdir(parents=True)
+    (tmp_path / "assets" / "training" / "x" / "training.json").write_text("{}")
+    with pytest.raises(TrainedModelMissing, match="adapter_config.json"):
+        served_model("training/x", subject="x")
+    with pytest.raises(ValueError, match="training/<name>"):
+        served_model("training/a/b")
+
+
+def test_client_keeps_one_transformers_model_resident(tmp_path):
+    from dagster_project.config import LLMConfig
+    from dagster_project.llm.client import LLMClient
+
+    made = []
+
+    def factory(cfg):
+        made.append(cfg.model)
+        return object()
+
+    client = LLMClient(LLMConfig(cache_path=str(tmp_path / "c.sqlite")),
+                       backends={"transformers": factory, "llamacpp": factory})
+    for backend, model in [("transformers", "a"), ("transformers", "b"), ("transformers", "a"),
+                           ("llamacpp", "x.gguf"), ("llamacpp", "y.gguf"), ("llamacpp", "x.gguf")]:
+        client.backend(RoleConfig(backend=backend, model=model))
+    assert made == ["a", "b", "a", "x.gguf", "y.gguf"]  # a was dropped when b loaded; llama.cpp models stay
