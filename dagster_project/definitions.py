@@ -16,6 +16,7 @@ from dagster_project.defs.logs import assets as logs
 from dagster_project.defs.quality.checks import build_checks
 from dagster_project.defs.questions import assets as questions
 from dagster_project.defs.retrieval import assets as retrieval
+from dagster_project.defs.training import assets as training
 from dagster_project.lib.resources import EmbedderResource, LLMResource
 from dagster_project.lib.warehouse import WarehouseIOManager
 
@@ -28,6 +29,7 @@ def build_definitions(params: Params, llm: LLMResource | None = None,
             [questions, facets, annotations, benchmark, double_turn, intents, retrieval])),
         logs.build(params),
         evaluation.build(params),
+        training.build(params),
     )
     keys = {k for a in graph.assets or [] for k in a.keys}
     return dg.Definitions.merge(graph, dg.Definitions(

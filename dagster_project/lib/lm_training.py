@@ -90,25 +90,21 @@ def trainer_args(job: LMJob, cfg: TrainingConfig, device: str, dtype: str) -> di
     return args
 
 
-class _LossLog:
-    """TrainerCallback factory kept lazy (transformers imports on first use): every log -> one curve row + a line."""
+def loss_callback(name: str, curve: list[dict[str, Any]]):
+    """A TrainerCallback that appends every logged step to `curve` (one loss-curve row) and prints a progress line."""
+    from transformers import TrainerCallback
 
-    @staticmethod
-    def make(name: str, curve: list[dict[str, Any]]):
-        from transformers import TrainerCallback
+    class LossLog(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logs = logs or {}
+            if "loss" not in logs:  # the end-of-training summary has train_loss instead
+                return
+            row = {"step": state.global_step, "epoch": state.epoch,
+                   **{k: float(v) for k, v in logs.items() if isinstance(v, int | float) and k != "epoch"}}
+            curve.append(row)
+            print(f"[training/{name}] step {state.global_step}/{state.max_steps} loss {row['loss']:.4f}", flush=True)
 
-        class LossLog(TrainerCallback):
-            def on_log(self, args, state, control, logs=None, **kwargs):
-                logs = logs or {}
-                if "loss" not in logs:  # the end-of-training summary has train_loss instead
-                    return
-                row = {"step": state.global_step, "epoch": state.epoch,
-                       **{k: float(v) for k, v in logs.items() if isinstance(v, int | float) and k != "epoch"}}
-                curve.append(row)
-                print(f"[training/{name}] step {state.global_step}/{state.max_steps} loss {row['loss']:.4f}",
-                      flush=True)
-
-        return LossLog()
+    return LossLog()
 
 
 def _train(job: LMJob, cfg: TrainingConfig, base: str, device: str, dtype: str, out: Path,
@@ -134,7 +130,7 @@ def _train(job: LMJob, cfg: TrainingConfig, base: str, device: str, dtype: str, 
                       target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM")
     args = trainer_args(job, cfg, device, dtype)
     common = {"model": model, "train_dataset": Dataset.from_list(job.rows), "processing_class": tok,
-              "peft_config": lora, "callbacks": [_LossLog.make(job.name, curve)]}
+              "peft_config": lora, "callbacks": [loss_callback(job.name, curve)]}
     if job.kind == "sft":
         trainer = SFTTrainer(args=SFTConfig(output_dir=str(out / "trainer"), **args), **common)
     else:  # no ref_model: with a peft model DPOTrainer uses the adapter switched off as the reference
