@@ -80,7 +80,7 @@ def trainer_args(job: LMJob, cfg: TrainingConfig, device: str, dtype: str) -> di
         "learning_rate": s.learning_rate, "num_train_epochs": s.epochs, "max_steps": s.max_steps,
         "per_device_train_batch_size": s.batch_size, "gradient_accumulation_steps": s.grad_accum,
         "max_length": s.max_length, "seed": cfg.seed, "logging_steps": cfg.logging_steps,
-        "gradient_checkpointing": cfg.gradient_checkpointing, "use_cpu": device == "cpu",
+        "activation_checkpointing": cfg.gradient_checkpointing, "use_cpu": device == "cpu",
         "bf16": dtype == "bfloat16", "save_strategy": "no", "report_to": [], "disable_tqdm": True,
     }
     if job.kind == "sft":

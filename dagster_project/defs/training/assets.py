@@ -209,7 +209,8 @@ def _reranker_assets(asset: Any) -> list[Any]:
             means = {c: float(per_q[c].mean()) for c in per_q.columns if c != "query_id"}
             rows.append({"ranker": ranker, "split": "test", "n_queries": per_q.height, "status": "ok",
                          "reason": None, **means})
-        metric_cols = {c: pl.Float64 for r in rows for c in r if c not in EVAL_SCHEMA}
+        ks = params.retrieval.ks
+        metric_cols = dict.fromkeys(["mrr", *[f"p_at_{k}" for k in ks], *[f"ndcg_at_{k}" for k in ks]], pl.Float64)
         out = pl.DataFrame(rows, schema=EVAL_SCHEMA | metric_cols)
         context.add_output_metadata({"queries": len(qrels), **{
             f"{r['ranker']}_mrr": r["mrr"] for r in rows if r.get("mrr") is not None}})
