@@ -23,7 +23,6 @@ from dagster_project.config import TrainingConfig
 from dagster_project.core.training.formats import data_sha256
 from dagster_project.lib.model_folder import (
     LOSS_CURVE,
-    TRAINING_JSON,
     building,
     file_sha256,
     folder_fingerprint,
@@ -198,6 +197,3 @@ def train_lm(job: LMJob, cfg: TrainingConfig, root: Path) -> dict[str, Any]:
     print(f"[training/{job.name}] done: {meta['steps']} steps, final loss {meta['final_loss']}, "
           f"{meta['wall_s']} s -> {folder}", flush=True)
     return result_row(job.name, job.kind, "trained", job.data_asset, len(job.rows), None, meta, folder)
-
-
-__all__ = ["ADAPTER", "INIT_ADAPTER", "MERGED", "TRAINING_JSON", "LMJob", "device_and_dtype", "train_lm"]
