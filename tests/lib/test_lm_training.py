@@ -1,6 +1,6 @@
 """A real tiny LoRA SFT and DPO run (1 step, 64 tokens) on the SmolLM2 HF folder: the model-folder contract, an
-adapter that changes the logits, DPO stacked on the SFT adapter, a rerun that is skipped, empty data and a failed
-run that leave no folder behind."""
+adapter that changes the logits, DPO stacked on the SFT adapter (its merged model/ equals the documented loading
+rule), a rerun that is skipped, empty data and a failed run that leave no folder behind."""
 
 import json
 
@@ -47,7 +47,7 @@ def trained(base, tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     sft = train_lm(LMJob("clarilm_sft", "sft", _sft_rows(), "annotations/sft_dataset"), CFG, root)
     dpo = train_lm(LMJob("clarilm_dpo", "dpo", _dpo_rows(), "annotations/dpo_dataset",
-                         root / "clarilm_sft" / "adapter"), CFG, root)
+                         root / "clarilm_sft" / "adapter"), CFG.model_copy(update={"merge": True}), root)
     return root, sft, dpo
 
 
@@ -96,6 +96,22 @@ def test_dpo_stacks_on_the_sft_adapter_and_logs_rewards(trained):
     assert "merge" in meta["stacking"] and (folder / "adapter" / "adapter_model.safetensors").is_file()
     curve = pl.read_parquet(folder / "loss_curve.parquet")
     assert {"rewards/chosen", "rewards/rejected", "rewards/margins"} <= set(curve.columns)
+
+
+def test_merged_model_equals_the_stacking_rule(trained, base):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = trained[0] / "clarilm_dpo"
+    assert (folder / "model" / "config.json").is_file() and (folder / "model" / "tokenizer_config.json").is_file()
+    ids = AutoTokenizer.from_pretrained(base)("Tell me about mercury", return_tensors="pt")
+    stacked = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
+                                        str(folder / "init_adapter")).merge_and_unload()
+    stacked = PeftModel.from_pretrained(stacked, str(folder / "adapter"))
+    merged = AutoModelForCausalLM.from_pretrained(folder / "model", dtype=torch.float32)
+    with torch.no_grad():
+        assert torch.allclose(stacked(**ids).logits, merged(**ids).logits, atol=1e-3)
 
 
 def test_rerun_with_same_config_and_data_is_skipped_and_any_change_is_not(trained):
