@@ -6,7 +6,11 @@ import polars as pl
 import pytest
 
 from dagster_project.core.intents.curation import TRAINING_SCHEMA
-from dagster_project.core.training.formats import data_sha256, dpo_rows, sft_rows
+from dagster_project.core.training.formats import (
+    data_sha256,
+    trl_dpo_rows,
+    trl_sft_rows,
+)
 from dagster_project.core.training.sets import (
     intents_at_percentile,
     kept_messages,
@@ -25,7 +29,7 @@ def m(role, content):
 def test_sft_rows_one_completion_per_assistant_turn_with_its_history():
     rec = {"messages": [m("system", "S"), m("user", "book a table"), m("assistant", "For how many?"),
                         m("user", "two"), m("assistant", "book_table")]}
-    rows = sft_rows([rec], "x.jsonl")
+    rows = trl_sft_rows([rec], "x.jsonl")
     assert rows == [
         {"prompt": [m("system", "S"), m("user", "book a table")], "completion": [m("assistant", "For how many?")]},
         {"prompt": rec["messages"][:4], "completion": [m("assistant", "book_table")]},
@@ -35,8 +39,8 @@ def test_sft_rows_one_completion_per_assistant_turn_with_its_history():
 def test_sft_rows_keep_prompt_completion_records_and_skip_assistant_turns_before_any_user():
     pc = {"prompt": [m("user", "q")], "completion": [m("assistant", "a")]}
     demo_first = {"messages": [m("assistant", "hello"), m("user", "q"), m("assistant", "a")]}
-    assert sft_rows([pc], "s") == [pc]
-    assert sft_rows([demo_first], "s") == [{"prompt": demo_first["messages"][:2], "completion": [m("assistant", "a")]}]
+    assert trl_sft_rows([pc], "s") == [pc]
+    assert trl_sft_rows([demo_first], "s") == [{"prompt": demo_first["messages"][:2], "completion": [m("assistant", "a")]}]
 
 
 @pytest.mark.parametrize("record, field, problem", [
@@ -48,24 +52,23 @@ def test_sft_rows_keep_prompt_completion_records_and_skip_assistant_turns_before
 def test_sft_rows_name_the_export_record_and_field_of_a_bad_row(record, field, problem):
     good = {"messages": [m("user", "q"), m("assistant", "a")]}
     with pytest.raises(InputFileError) as err:
-        sft_rows([good, record], "annotations/sft_dataset")
+        trl_sft_rows([good, record], "annotations/sft_dataset")
     assert err.value.file == "annotations/sft_dataset" and err.value.record == 2 and err.value.field == field
     assert problem in str(err.value)
 
 
-def test_dpo_rows_validate_and_refuse_identical_sides():
+def test_dpo_rows_validate_and_leave_out_identical_sides():
     rec = {"prompt": [m("user", "q")], "chosen": [m("assistant", "ask")], "rejected": [m("assistant", "answer")]}
-    assert dpo_rows([rec], "d") == [rec]
+    assert trl_dpo_rows([rec], "d") == ([rec], [])
     with pytest.raises(InputFileError, match="record 1.*'rejected'"):
-        dpo_rows([{**rec, "rejected": []}], "d")
-    with pytest.raises(InputFileError, match="same reply"):
-        dpo_rows([{**rec, "rejected": rec["chosen"]}], "d")
+        trl_dpo_rows([{**rec, "rejected": []}], "d")
+    assert trl_dpo_rows([rec, {**rec, "rejected": rec["chosen"]}], "d") == ([rec], [2])  # no preference: left out
 
 
 def test_data_hash_is_stable_and_changes_with_any_row():
-    rows = sft_rows([{"messages": [m("user", "q"), m("assistant", "a")]}], "s")
+    rows = trl_sft_rows([{"messages": [m("user", "q"), m("assistant", "a")]}], "s")
     assert data_sha256(rows) == data_sha256([dict(r) for r in rows])
-    assert data_sha256(rows) != data_sha256(sft_rows([{"messages": [m("user", "q"), m("assistant", "b")]}], "s"))
+    assert data_sha256(rows) != data_sha256(trl_sft_rows([{"messages": [m("user", "q"), m("assistant", "b")]}], "s"))
     assert data_sha256(rows) != data_sha256(rows + rows)
 
 

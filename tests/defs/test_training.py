@@ -32,7 +32,8 @@ def _write_exports(root):
                   "rejected": [[m("assistant", "A cat.")]]}).write_parquet(a / "annotations/dpo_dataset.parquet")
     pair = {"prompt": [m("user", "who won?")], "chosen": [m("assistant", '{"action":"clarify"}')],
             "rejected": [m("assistant", '{"action":"answer"}')]}
-    (a / "double_turn/exports/dpo_dataset.jsonl").write_text(json.dumps(pair) + "\n" + json.dumps(pair) + "\n")
+    same = {**pair, "rejected": pair["chosen"]}  # no preference: left out, and the table says so
+    (a / "double_turn/exports/dpo_dataset.jsonl").write_text("".join(json.dumps(p) + "\n" for p in (pair, pair, same)))
     pl.DataFrame({"export": ["dpo_dataset", "dpo_single_turn"],
                   "path": ["assets/double_turn/exports/dpo_dataset.jsonl",
                            "assets/double_turn/exports/dpo_single_turn.jsonl"],
@@ -92,7 +93,7 @@ def _read(tmp, name):
 
 
 def test_every_model_asset_reads_its_export(built):
-    _, result, jobs = built
+    tmp, result, jobs = built
     assert result.success
     evaluations = result.get_asset_check_evaluations()
     assert len(evaluations) == 7 and all(e.passed for e in evaluations)
@@ -103,6 +104,8 @@ def test_every_model_asset_reads_its_export(built):
     assert len(jobs["clarilm_dpo"].rows) == 1 and jobs["clarilm_dpo"].kind == "dpo"
     assert str(jobs["clarilm_dpo"].init_adapter) == "assets/training/clarilm_sft/adapter"
     assert len(jobs["double_turn_dpo"].rows) == 2
+    row = _read(tmp, "double_turn_dpo").row(0, named=True)
+    assert row["status"] == "trained" and row["reason"] == "left out 1 pair(s) whose chosen == rejected (records [3])"
 
 
 def test_intents_sweep_trains_one_model_per_percentile(built):

@@ -31,7 +31,7 @@ def _messages(value: Any, source: str, index: int, field: str) -> list[dict[str,
     return out
 
 
-def sft_rows(records: Iterable[Row], source: str) -> list[Row]:
+def trl_sft_rows(records: Iterable[Row], source: str) -> list[Row]:
     """One prompt/completion row per assistant message of each `messages` record (or a record that is already
     prompt/completion); a record without an assistant message after a user message is an error naming it."""
     out = []
@@ -54,17 +54,19 @@ def sft_rows(records: Iterable[Row], source: str) -> list[Row]:
     return out
 
 
-def dpo_rows(records: Iterable[Row], source: str) -> list[Row]:
-    """prompt / chosen / rejected message lists, validated; chosen and rejected must differ."""
-    out = []
+def trl_dpo_rows(records: Iterable[Row], source: str) -> tuple[list[Row], list[int]]:
+    """prompt / chosen / rejected message lists, validated; and the record numbers left out because chosen and
+    rejected are the same reply (no preference to learn; two sampled candidates can be equal)."""
+    out, same = [], []
     for i, rec in enumerate(records, start=1):
         if not isinstance(rec, dict):
             raise InputFileError(source, f"expected an object, got {type(rec).__name__}", i)
         row = {f: _messages(rec.get(f), source, i, f) for f in ("prompt", "chosen", "rejected")}
         if row["chosen"] == row["rejected"]:
-            raise InputFileError(source, "chosen and rejected are the same reply", i, "chosen")
-        out.append(row)
-    return out
+            same.append(i)
+        else:
+            out.append(row)
+    return out, same
 
 
 def data_sha256(rows: Sequence[Row]) -> str:

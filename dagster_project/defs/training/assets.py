@@ -16,7 +16,7 @@ import polars as pl
 
 from dagster_project.config import Params
 from dagster_project.core.retrieval.metrics import ranking_metrics
-from dagster_project.core.training.formats import dpo_rows, sft_rows
+from dagster_project.core.training.formats import trl_dpo_rows, trl_sft_rows
 from dagster_project.core.training.sets import (
     intents_at_percentile,
     kept_messages,
@@ -84,10 +84,14 @@ def _export_rows(exports: pl.DataFrame, name: str) -> tuple[list[dict[str, Any]]
     return _jsonl_records(r["path"]), r["path"], None
 
 
-def _lm(params: Params, job: LMJob, why_empty: str | None = None) -> dict[str, Any]:
+def _lm(params: Params, job: LMJob, why_empty: str | None = None, identical: list[int] | None = None) -> dict:
+    """Train one job; an empty export says why, and pairs left out for chosen == rejected are named."""
     row = train_lm(job, params.training, models_root())
     if why_empty and row["status"] == "skipped_no_data":
         row["reason"] = why_empty
+    elif identical:
+        note = f"left out {len(identical)} pair(s) whose chosen == rejected (records {identical[:10]})"
+        row["reason"] = f"{row['reason']}; {note}" if row["reason"] else note
     return row
 
 
@@ -102,7 +106,7 @@ def build(params: Params) -> dg.Definitions:
         def clarilm_sft(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                         sft_dataset: pl.DataFrame) -> pl.DataFrame:
             """ClariLM SFT: LoRA on (q, r+) in the 'Need clarification' template (completion-only loss)."""
-            rows = sft_rows(_frame_records(sft_dataset, ("messages",)), "annotations/sft_dataset")
+            rows = trl_sft_rows(_frame_records(sft_dataset, ("messages",)), "annotations/sft_dataset")
             return _emit(context, _table([_lm(params, LMJob("clarilm_sft", "sft", rows, "annotations/sft_dataset"))]))
         assets.append(clarilm_sft)
 
@@ -125,7 +129,7 @@ def build(params: Params) -> dg.Definitions:
                 for p in params.intents.sweep_percentiles:
                     sets[f"intents_tuned_{percentile_tag(p)}"] = intents_at_percentile(
                         training_conversations, p, params.intents.require_correct)
-            return _emit(context, _table([_lm(params, LMJob(n, "sft", sft_rows(recs, src), src))
+            return _emit(context, _table([_lm(params, LMJob(n, "sft", trl_sft_rows(recs, src), src))
                                           for n, recs in sets.items()]))
         assets.append(intents_tuned)
 
@@ -136,11 +140,12 @@ def build(params: Params) -> dg.Definitions:
 
 def _clarilm_dpo(context: dg.AssetExecutionContext, params: Params, dpo_dataset: pl.DataFrame,
                  clarilm_sft: pl.DataFrame | None) -> pl.DataFrame:
-    rows = dpo_rows(_frame_records(dpo_dataset, ("prompt", "chosen", "rejected")), "annotations/dpo_dataset")
+    rows, same = trl_dpo_rows(_frame_records(dpo_dataset, ("prompt", "chosen", "rejected")), "annotations/dpo_dataset")
     init = None
     if clarilm_sft is not None and clarilm_sft["status"][0] in ("trained", "skipped_unchanged"):
         init = models_root() / "clarilm_sft" / ADAPTER
-    return _emit(context, _table([_lm(params, LMJob("clarilm_dpo", "dpo", rows, "annotations/dpo_dataset", init))]))
+    job = LMJob("clarilm_dpo", "dpo", rows, "annotations/dpo_dataset", init)
+    return _emit(context, _table([_lm(params, job, identical=same)]))
 
 
 def _clarilm_dpo_asset(asset: Any, after_sft: bool) -> Any:
@@ -168,8 +173,9 @@ def _double_turn_asset(asset: Any, name: str, export: str) -> Any:
     def _dpo(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
              training_exports: pl.DataFrame) -> pl.DataFrame:
         records, source, why = _export_rows(training_exports, export)
-        job = LMJob(name, "dpo", dpo_rows(records, source), f"double_turn/{export}")
-        return _emit(context, _table([_lm(params, job, why)]))
+        rows, same = trl_dpo_rows(records, source)
+        job = LMJob(name, "dpo", rows, f"double_turn/{export}")
+        return _emit(context, _table([_lm(params, job, why, same)]))
 
     return _dpo
 
