@@ -17,6 +17,7 @@ from dagster_project.defs.logs.automation import with_refresh
 from dagster_project.defs.quality.checks import build_checks
 from dagster_project.defs.questions import assets as questions
 from dagster_project.defs.retrieval import assets as retrieval
+from dagster_project.defs.training import assets as training
 from dagster_project.lib.code_version import with_code_versions
 from dagster_project.lib.resources import EmbedderResource, LLMResource
 from dagster_project.lib.warehouse import WarehouseIOManager
@@ -35,6 +36,7 @@ def build_definitions(params: Params, llm: LLMResource | None = None,
                        sensors=[refresh] if refresh else []),
         dg.Definitions(jobs=log_defs.jobs, sensors=log_defs.sensors),
         evaluation.build(params),
+        training.build(params),
     ))
     keys = {k for a in graph.assets or [] for k in a.keys}
     return dg.Definitions.merge(graph, dg.Definitions(

@@ -32,6 +32,11 @@ TINY = {
     # retrieval: one 2-turn and one 3-turn session; ~20 short LLM calls (refinement, inference, 1 rerank step)
     "retrieval": {"turn_lengths": [2, 3], "per_length": 1, "rerank_depth": 2,
                   "snippet_chars": 0},
+    # training: every model for one optimizer step on 64-token examples (an export without rows: skipped_no_data)
+    "training": {"gradient_checkpointing": False,
+                 "sft": {"max_steps": 1, "batch_size": 2, "max_length": 64},
+                 "dpo": {"max_steps": 1, "batch_size": 2, "max_length": 64},
+                 "reranker": {"max_steps": 1, "batch_size": 2, "max_length": 32}},
 }
 
 

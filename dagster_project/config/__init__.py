@@ -42,12 +42,13 @@ from dagster_project.config.llm import (
     QualityConfig,
     RoleConfig,
 )
+from dagster_project.config.training import MODEL_NAMES, TrainingConfig
 
 __all__ = [
     "BENCHMARK_DATASET", "CLARILM_DATASET", "METHOD_NAMES", "ROLE_NAMES", "AnnotationsConfig", "BenchmarkConfig", "DoubleTurnConfig",
     "DoubleTurnInput", "EmbedderConfig", "EvaluationConfig", "ExternalDatasetConfig", "FacetsConfig", "IntentsConfig",
-    "LLMConfig", "LogsConfig", "MethodName", "Params", "ParamsError", "QualityConfig", "QuestionsConfig",
-    "RetrievalConfig", "RoleConfig", "TransformSplit", "default_params_path", "definition_params", "load_params",
+    "LLMConfig", "LogsConfig", "MODEL_NAMES", "MethodName", "Params", "ParamsError", "QualityConfig", "QuestionsConfig",
+    "RetrievalConfig", "RoleConfig", "TrainingConfig", "TransformSplit", "default_params_path", "definition_params", "load_params",
     "parse_params",
 ]
 
@@ -65,6 +66,7 @@ class Params(Strict):
     annotations: AnnotationsConfig = Field(default_factory=AnnotationsConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     double_turn: DoubleTurnConfig = Field(default_factory=DoubleTurnConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
 
     @model_validator(mode="after")
     def _known_subjects(self) -> Params:

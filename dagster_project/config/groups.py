@@ -60,6 +60,7 @@ class IntentsConfig(Strict):
     keep_percentile: float = Field(85.0, gt=0.0, le=100.0)
     require_correct: bool = True                       # never train on a conversation whose final intent is wrong
     sweep_percentiles: list[float] = Field(default_factory=lambda: [100.0, 90.0, 85.0, 80.0, 75.0, 65.0])
+    sweep_train: bool = False                          # training/intents_tuned also trains one model per sweep percentile
     n_label_dropout: int = Field(2, ge=0)              # label-dropout OOD examples ADDED to training (paper: 200)
     n_test_unambiguous: int = Field(3, ge=0)
     n_test_ood: int = Field(2, ge=0)                   # user-provided out-of-domain utterances

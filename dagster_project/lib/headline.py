@@ -1,4 +1,5 @@
-"""Headline numbers per group as small JSON files (DVC metrics) and accuracy-by-turn tables (DVC plots).
+"""Headline numbers per group as small JSON files (DVC metrics), accuracy-by-turn tables and training loss curves
+(DVC plots).
 
 Reads the built assets' Parquet tables (never runs anything), so `dvc exp show --only-metrics` and
 `dvc metrics diff` compare experiments by their results instead of by 280 param columns.
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
+from dagster_project.config import MODEL_NAMES
 from dagster_project.io.writers import atomic_path
 from dagster_project.lib.warehouse import ASSETS_DIR, read_asset
 
@@ -28,9 +30,12 @@ CLARILM_ASSETS = (("logs", "log_candidates"), ("logs", "log_clarifications"),
                   ("annotations", "cotap_annotations"), ("annotations", "preference_pairs"),
                   ("annotations", "sft_dataset"), ("annotations", "dpo_dataset"))
 # the asset groups the headline reads (dvc.yaml: the `metrics` stage's deps)
-SOURCE_GROUPS = ("evaluation", "retrieval", "intents", "double_turn", *dict.fromkeys(g for g, _ in CLARILM_ASSETS))
+SOURCE_GROUPS = ("evaluation", "retrieval", "intents", "double_turn", *dict.fromkeys(g for g, _ in CLARILM_ASSETS),
+                 "training")
 INTENT_METRICS = ("ic_accuracy", "sdrs", "ars", "ood_accuracy", "ood_dropout_accuracy")
 ANSWER_SET_METRICS = ("f1_total", "f1_ambiguous", "f1_unambiguous", "avg_turns")
+LOSS_CURVE = "loss_curve"
+TRAINING_METRICS = ("rows", "steps", "final_loss", "wall_s", "tokens_per_s")
 
 
 def _num(v: object) -> float | int | None:
@@ -104,9 +109,25 @@ def clarilm(base: str | Path) -> dict | None:
     return out or None
 
 
+def training(base: str | Path) -> dict | None:
+    """Per trained model (assets/training/<asset>.parquet rows): rows, steps, final loss, wall time, tokens/s; and
+    the re-ranker evaluation's MRR / nDCG per ranker."""
+    out: dict = {}
+    for name in MODEL_NAMES:
+        t = read_asset(base, "training", name)
+        if t is not None:
+            out.update(_nest(t.filter(pl.col("status") != "skipped_no_data").to_dicts(), ["model"],
+                             list(TRAINING_METRICS)))
+    ev = read_asset(base, "training", "reranker_eval")
+    if ev is not None and not ev.is_empty():
+        cols = [c for c in ev.columns if c == "mrr" or c.startswith("ndcg_at_")]
+        out["reranker_eval"] = _nest(ev.to_dicts(), ["ranker"], ["n_queries", *cols])
+    return out or None
+
+
 HEADLINES: dict[str, Callable[[str | Path], dict | None]] = {
     "evaluation": evaluation, "retrieval": retrieval, "intents": intents, "double_turn": double_turn,
-    "clarilm": clarilm}
+    "clarilm": clarilm, "training": training}
 
 
 def accuracy_by_turn(base: str | Path) -> dict[str, pl.DataFrame]:
@@ -122,6 +143,16 @@ def accuracy_by_turn(base: str | Path) -> dict[str, pl.DataFrame]:
     return dict(sorted(out.items()))
 
 
+def loss_curves(base: str | Path) -> dict[str, pl.DataFrame]:
+    """(step, loss) per trained model folder assets/training/<model>/loss_curve.parquet."""
+    out = {}
+    for path in sorted(Path(base, "training").glob("*/loss_curve.parquet")):
+        t = pl.read_parquet(path)
+        if {"step", "loss"} <= set(t.columns):
+            out[path.parent.name] = t.select("step", "loss").sort("step")
+    return out
+
+
 def _write_json(data: dict, path: Path) -> None:
     with atomic_path(path, ".json") as tmp:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -129,7 +160,8 @@ def _write_json(data: dict, path: Path) -> None:
 
 def write_headlines(base: str | Path = ASSETS_DIR, metrics_dir: str | Path = METRICS_DIR,
                     plots_dir: str | Path = PLOTS_DIR) -> tuple[list[str], list[str]]:
-    """Write metrics_dir/<group>.json for every group whose tables exist and plots_dir/accuracy_by_turn/*.csv.
+    """Write metrics_dir/<group>.json for every group whose tables exist, plots_dir/accuracy_by_turn/*.csv and
+    plots_dir/loss_curve/<model>.csv.
 
     A group without its tables gets no file (a stale one is removed), never an error.
     Returns (groups written, groups left out)."""
@@ -145,10 +177,11 @@ def write_headlines(base: str | Path = ASSETS_DIR, metrics_dir: str | Path = MET
             continue
         _write_json({group: data}, target)  # the group's name heads every column of `dvc exp show`
         written.append(group)
-    folder = plots_dir / ACCURACY_BY_TURN
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    for name, table in accuracy_by_turn(base).items():
-        with atomic_path(folder / f"{name}.csv", ".csv") as tmp:
-            table.write_csv(tmp)
+    for plot, tables in ((ACCURACY_BY_TURN, accuracy_by_turn(base)), (LOSS_CURVE, loss_curves(base))):
+        folder = plots_dir / plot
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        for name, table in tables.items():
+            with atomic_path(folder / f"{name}.csv", ".csv") as tmp:
+                table.write_csv(tmp)
     return written, missing

@@ -88,10 +88,27 @@ def test_missing_groups_are_left_out_not_a_crash(tmp_path):
             f.unlink()
     output, out = _run(tmp_path)
     assert [p.name for p in out.iterdir()] == ["evaluation.json"]  # stale files of absent groups are removed
-    assert "left out (tables not built): retrieval, intents, double_turn, clarilm" in output
+    assert "left out (tables not built): retrieval, intents, double_turn, clarilm, training" in output
 
 
 def test_nothing_built_writes_no_file(tmp_path):
     output, out = _run(tmp_path)
     assert list(out.iterdir()) == [] and list((tmp_path / "plots" / "accuracy_by_turn").iterdir()) == []
     assert "headline metrics in" in output and "none" in output
+
+
+def test_training_headline_and_loss_curves(tmp_path):
+    assets = tmp_path / "assets" / "training"
+    (assets / "clarilm_sft").mkdir(parents=True)
+    pl.DataFrame({"model": ["clarilm_sft"], "status": ["trained"], "rows": [4], "steps": [2], "final_loss": [1.25],
+                  "wall_s": [3.0], "tokens_per_s": [120.0]}).write_parquet(assets / "clarilm_sft.parquet")
+    pl.DataFrame({"model": ["single_turn_dpo"], "status": ["skipped_no_data"], "rows": [0], "steps": [None],
+                  "final_loss": [None], "wall_s": [None], "tokens_per_s": [None]}).write_parquet(
+        assets / "single_turn_dpo.parquet")
+    pl.DataFrame({"step": [2, 1], "epoch": [1.0, 0.5], "loss": [1.25, 2.5]}).write_parquet(
+        assets / "clarilm_sft" / "loss_curve.parquet")
+    _, out = _run(tmp_path)
+    head = json.loads((out / "training.json").read_text())["training"]
+    assert head == {"clarilm_sft": {"rows": 4, "steps": 2, "final_loss": 1.25, "wall_s": 3.0, "tokens_per_s": 120.0}}
+    curve = pl.read_csv(tmp_path / "plots" / "loss_curve" / "clarilm_sft.csv")
+    assert curve.to_dicts() == [{"step": 1, "loss": 2.5}, {"step": 2, "loss": 1.25}]

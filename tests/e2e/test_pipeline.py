@@ -52,6 +52,13 @@ def test_dvc_repro_builds_both_groups_then_skips_and_sweeps(project, monkeypatch
     assert {b for b, _ in tables} == {"overall", "by_turn", "by_persona", "by_subtype", "by_subtype_turn",
                                       "by_persona_turn"}
     assert (project / "assets/evaluation/report/report.html").exists()
+    # training: one table per model asset; a model that trained has its folder (adapter + training.json)
+    for name in ("clarilm_sft", "clarilm_dpo", "double_turn_dpo", "single_turn_dpo", "intents_tuned"):
+        t = pl.read_parquet(project / f"assets/training/{name}.parquet")
+        assert set(t["status"]) <= {"trained", "skipped_no_data"}, t
+        for row in t.filter(pl.col("status") == "trained").iter_rows(named=True):
+            assert (project / row["folder"] / "adapter" / "adapter_config.json").is_file()
+            assert (project / row["folder"] / "training.json").is_file() and row["steps"] == 1
     # the Dagster catalog describes every column of every Parquet file the real run stored (partitions included)
     missing = undocumented_columns(project / "assets")
     assert not missing, f"columns without a description (add them to dagster_project/lib/columns.yaml): {missing}"

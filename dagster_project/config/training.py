@@ -1,0 +1,72 @@
+"""params.yaml `training`: which models the `training` group builds, on which base, with which LoRA / TRL settings."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from dagster_project.config.base import Strict
+
+ModelName = Literal["clarilm_sft", "clarilm_dpo", "double_turn_dpo", "single_turn_dpo", "intents_tuned",
+                    "reranker_finetuned"]
+MODEL_NAMES: tuple[str, ...] = ModelName.__args__  # type: ignore[attr-defined]
+
+
+class LoraSettings(Strict):
+    """peft LoRA adapter (ClariLM: rank 8)."""
+
+    r: int = Field(8, gt=0)
+    alpha: int = Field(16, gt=0)
+    dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1)
+
+
+class SFTSettings(Strict):
+    """TRL SFTTrainer on prompt/completion rows (loss on the completion only)."""
+
+    learning_rate: float = Field(2e-4, gt=0.0)
+    epochs: float = Field(1.0, gt=0.0)
+    max_steps: int = Field(-1, ge=-1)          # > 0 caps the optimizer steps; -1: `epochs` decide
+    batch_size: int = Field(4, gt=0)
+    grad_accum: int = Field(1, gt=0)
+    max_length: int = Field(256, gt=8)        # tokens per example (longer ones are truncated)
+
+
+class DPOSettings(Strict):
+    """TRL DPOTrainer on prompt/chosen/rejected rows; the reference model is the adapter switched off."""
+
+    beta: float = Field(0.1, gt=0.0)
+    learning_rate: float = Field(5e-5, gt=0.0)
+    epochs: float = Field(1.0, gt=0.0)
+    max_steps: int = Field(-1, ge=-1)
+    batch_size: int = Field(2, gt=0)
+    grad_accum: int = Field(1, gt=0)
+    max_length: int = Field(256, gt=8)        # prompt + completion tokens (TRL 1.16 DPOConfig has only this one)
+
+
+class RerankerSettings(Strict):
+    """sentence-transformers bi-encoder fine-tune of the local MiniLM on (query, positive, BM25 negative) triplets."""
+
+    learning_rate: float = Field(2e-5, gt=0.0)
+    epochs: float = Field(1.0, gt=0.0)
+    max_steps: int = Field(-1, ge=-1)
+    batch_size: int = Field(8, gt=1)          # in-batch negatives need at least two rows per batch
+    max_length: int = Field(128, gt=8)
+
+
+class TrainingConfig(Strict):
+    """The `training` group: base model, device, LoRA, SFT / DPO / re-ranker settings, and the models to build."""
+
+    base_model: str = "smollm2-135m-instruct"  # GGUF alias / .gguf path (converted once), HF folder, or hub id
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: float32 on CPU, bfloat16 on CUDA
+    seed: int = 0
+    gradient_checkpointing: bool = True        # ~1 GB less memory, ~10% slower on CPU
+    logging_steps: int = Field(1, gt=0)        # loss_curve.parquet gets one row per this many steps
+    merge: bool = False                        # also write model/ (merged weights) for backends that need them
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    sft: SFTSettings = Field(default_factory=SFTSettings)
+    dpo: DPOSettings = Field(default_factory=DPOSettings)
+    reranker: RerankerSettings = Field(default_factory=RerankerSettings)
+    models: list[ModelName] = Field(default_factory=lambda: list(MODEL_NAMES))

@@ -1,0 +1,231 @@
+"""Group `training`: one asset per trained model, each reading the export it trains on (lineage export -> model).
+
+annotations/sft_dataset -> clarilm_sft -> clarilm_dpo <- annotations/dpo_dataset        (ClariLM: SFT, then DPO)
+double_turn/training_exports -> double_turn_dpo, single_turn_dpo                       (the two labelling schemes)
+intents/training_conversations -> intents_tuned (+ one model per sweep percentile)     (SDRS-filtered tuning)
+retrieval/reranker_training + documents -> reranker_finetuned -> reranker_eval        (ClariMM fine-tuned baseline)
+
+Only the models named in training.models exist as assets. Each returns one row per model folder (trained,
+skipped_unchanged or skipped_no_data with the reason); the folders are assets/training/<model>/."""
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import polars as pl
+
+from dagster_project.config import Params
+from dagster_project.core.retrieval.metrics import ranking_metrics
+from dagster_project.core.training.formats import trl_dpo_rows, trl_sft_rows
+from dagster_project.core.training.sets import (
+    intents_at_percentile,
+    kept_messages,
+    percentile_tag,
+    rank_by_embedding,
+    rerank_candidates,
+    reranker_triplets,
+)
+from dagster_project.io.records import InputFileError, iter_records
+from dagster_project.lib.assets import group_asset, upstream
+from dagster_project.lib.lm_training import ADAPTER, LMJob, train_lm
+from dagster_project.lib.model_folder import RESULT_SCHEMA
+from dagster_project.lib.warehouse import ASSETS_DIR
+
+GROUP = "training"
+EVAL_SCHEMA = {"ranker": pl.Utf8, "split": pl.Utf8, "n_queries": pl.Int64, "status": pl.Utf8, "reason": pl.Utf8}
+
+
+def models_root() -> Path:
+    return Path(ASSETS_DIR) / GROUP
+
+
+def _table(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=RESULT_SCHEMA)
+
+
+def _emit(context: dg.AssetExecutionContext, table: pl.DataFrame) -> pl.DataFrame:
+    """Metadata of a training asset: per model its status, rows, steps, final loss, wall time and folder."""
+    meta: dict[str, Any] = {"models": table.height, "trained": int((table["status"] == "trained").sum())}
+    for r in table.iter_rows(named=True):
+        p = f"{r['model']}_" if table.height > 1 else ""
+        meta |= {f"{p}status": r["status"], f"{p}rows": r["rows"]}
+        meta |= {f"{p}{k}": r[k] for k in ("steps", "final_loss", "wall_s", "tokens_per_s") if r[k] is not None}
+        if r["folder"]:
+            meta[f"{p}folder"] = dg.MetadataValue.path(r["folder"])
+        if r["reason"]:
+            meta[f"{p}reason"] = r["reason"]
+    context.add_output_metadata(meta)
+    return table
+
+
+def _frame_records(df: pl.DataFrame, columns: tuple[str, ...]) -> list[dict[str, Any]]:
+    return df.select(columns).to_dicts() if df.height else []
+
+
+def _jsonl_records(path: str) -> list[dict[str, Any]]:
+    """Every record of an export file; an unparseable line fails the asset naming file and line."""
+    out = []
+    for rec in iter_records(path):
+        if rec.problem:
+            raise InputFileError(path, f"{rec.problem}: {rec.detail}", rec.record, rec.field)
+        out.append(rec.data)
+    return out
+
+
+def _export_rows(exports: pl.DataFrame, name: str) -> tuple[list[dict[str, Any]], str, str | None]:
+    """(records, source, why empty) of one double_turn export named in its training_exports table."""
+    hit = exports.filter(pl.col("export") == name)
+    source = f"double_turn/training_exports:{name}"
+    if hit.is_empty():
+        return [], source, f"double_turn/training_exports lists no export {name!r}"
+    r = hit.row(0, named=True)
+    if not r["written"]:
+        return [], source, f"double_turn export {name} not written ({r['reason']})"
+    return _jsonl_records(r["path"]), r["path"], None
+
+
+def _lm(params: Params, job: LMJob, why_empty: str | None = None, identical: list[int] | None = None) -> dict:
+    """Train one job; an empty export says why, and pairs left out for chosen == rejected are named."""
+    row = train_lm(job, params.training, models_root())
+    if why_empty and row["status"] == "skipped_no_data":
+        row["reason"] = why_empty
+    elif identical:
+        note = f"left out {len(identical)} pair(s) whose chosen == rejected (records {identical[:10]})"
+        row["reason"] = f"{row['reason']}; {note}" if row["reason"] else note
+    return row
+
+
+def build(params: Params) -> dg.Definitions:
+    """The assets of the models in training.models (clarilm_dpo reads clarilm_sft when both are on)."""
+    enabled = set(params.training.models)
+    asset = group_asset(GROUP)
+    assets: list[Any] = []
+
+    if "clarilm_sft" in enabled:
+        @asset(ins=upstream("annotations/sft_dataset"))
+        def clarilm_sft(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                        sft_dataset: pl.DataFrame) -> pl.DataFrame:
+            """ClariLM SFT: LoRA on (q, r+) in the 'Need clarification' template (completion-only loss)."""
+            rows = trl_sft_rows(_frame_records(sft_dataset, ("messages",)), "annotations/sft_dataset")
+            return _emit(context, _table([_lm(params, LMJob("clarilm_sft", "sft", rows, "annotations/sft_dataset"))]))
+        assets.append(clarilm_sft)
+
+    if "clarilm_dpo" in enabled:
+        assets.append(_clarilm_dpo_asset(asset, after_sft="clarilm_sft" in enabled))
+
+    for name, export in (("double_turn_dpo", "dpo_dataset"), ("single_turn_dpo", "dpo_single_turn")):
+        if name in enabled:
+            assets.append(_double_turn_asset(asset, name, export))
+
+    if "intents_tuned" in enabled:
+        @asset(ins=upstream("intents/training_conversations"))
+        def intents_tuned(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                          training_conversations: pl.DataFrame) -> pl.DataFrame:
+            """Instruction-tuning on the SDRS-filtered conversations (every assistant turn a completion); with
+            intents.sweep_train also one model per intents.sweep_percentiles cut (intents_tuned_p<pct>)."""
+            src = "intents/training_conversations"
+            sets = {"intents_tuned": kept_messages(training_conversations)}
+            if params.intents.sweep_train:
+                for p in params.intents.sweep_percentiles:
+                    sets[f"intents_tuned_{percentile_tag(p)}"] = intents_at_percentile(
+                        training_conversations, p, params.intents.require_correct)
+            return _emit(context, _table([_lm(params, LMJob(n, "sft", trl_sft_rows(recs, src), src))
+                                          for n, recs in sets.items()]))
+        assets.append(intents_tuned)
+
+    if "reranker_finetuned" in enabled:
+        assets.extend(_reranker_assets(asset))
+    return dg.Definitions(assets=assets)
+
+
+def _clarilm_dpo(context: dg.AssetExecutionContext, params: Params, dpo_dataset: pl.DataFrame,
+                 clarilm_sft: pl.DataFrame | None) -> pl.DataFrame:
+    rows, same = trl_dpo_rows(_frame_records(dpo_dataset, ("prompt", "chosen", "rejected")), "annotations/dpo_dataset")
+    init = None
+    if clarilm_sft is not None and clarilm_sft["status"][0] in ("trained", "skipped_unchanged"):
+        init = models_root() / "clarilm_sft" / ADAPTER
+    job = LMJob("clarilm_dpo", "dpo", rows, "annotations/dpo_dataset", init)
+    return _emit(context, _table([_lm(params, job, identical=same)]))
+
+
+def _clarilm_dpo_asset(asset: Any, after_sft: bool) -> Any:
+    """ClariLM DPO on the three preference types (beta 0.1 in the paper). After clarilm_sft when that model is
+    built: its adapter is merged into the base first and recorded as init_adapter; else from the base."""
+    doc = _clarilm_dpo_asset.__doc__
+    if after_sft:
+        @asset(name="clarilm_dpo", description=doc, ins=upstream("annotations/dpo_dataset", "training/clarilm_sft"))
+        def clarilm_dpo(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                        dpo_dataset: pl.DataFrame, clarilm_sft: pl.DataFrame) -> pl.DataFrame:
+            return _clarilm_dpo(context, params, dpo_dataset, clarilm_sft)
+    else:
+        @asset(name="clarilm_dpo", description=doc, ins=upstream("annotations/dpo_dataset"))
+        def clarilm_dpo(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                        dpo_dataset: pl.DataFrame) -> pl.DataFrame:
+            return _clarilm_dpo(context, params, dpo_dataset, None)
+    return clarilm_dpo
+
+
+def _double_turn_asset(asset: Any, name: str, export: str) -> Any:
+    doc = (f"DPO of the base model on the double_turn {export} export (Clarify-or-Direct prompt), so Table 1 "
+           "compares two trained models (double-turn vs single-turn labelling).")
+
+    @asset(name=name, description=doc, ins=upstream("double_turn/training_exports"))
+    def _dpo(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+             training_exports: pl.DataFrame) -> pl.DataFrame:
+        records, source, why = _export_rows(training_exports, export)
+        rows, same = trl_dpo_rows(records, source)
+        job = LMJob(name, "dpo", rows, f"double_turn/{export}")
+        return _emit(context, _table([_lm(params, job, why, same)]))
+
+    return _dpo
+
+
+def _reranker_assets(asset: Any) -> list[Any]:
+    from dagster_project.lib.reranker_training import NAME, train_reranker
+
+    @asset(name=NAME, ins=upstream("retrieval/reranker_training", "retrieval/documents"))
+    def reranker_finetuned(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                           reranker_training: pl.DataFrame, documents: pl.DataFrame) -> pl.DataFrame:
+        """MiniLM bi-encoder fine-tuned on the train facets' (query, positive, hard BM25 negative) triplets."""
+        texts = _doc_texts(documents)
+        rows = reranker_triplets(reranker_training, texts)
+        return _emit(context, _table([train_reranker(rows, params.training, models_root(),
+                                                     "retrieval/reranker_training")]))
+
+    @asset(ins=upstream("training/reranker_finetuned", "retrieval/reranker_training", "retrieval/documents"))
+    def reranker_eval(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                      reranker_finetuned: pl.DataFrame, reranker_training: pl.DataFrame,
+                      documents: pl.DataFrame) -> pl.DataFrame:
+        """Base vs fine-tuned MiniLM re-ranking each held-out (test-facet) query's candidates (its relevant
+        document + BM25 negatives): MRR, P@k, nDCG@k by the retrieval group's trec_eval metrics."""
+        from dagster_project.lib.embedder import encode
+
+        texts = _doc_texts(documents)
+        qrels, queries, cands = rerank_candidates(reranker_training, texts, "test")
+        folder = reranker_finetuned["folder"][0]
+        rankers = {"minilm_base": "all-MiniLM-L6-v2", **({"minilm_finetuned": folder} if folder else {})}
+        rows = []
+        for ranker, model in rankers.items():
+            if not qrels:
+                rows.append({"ranker": ranker, "split": "test", "n_queries": 0, "status": "skipped_no_data",
+                             "reason": "no kept test-split rows in retrieval/reranker_training"})
+                continue
+            ranked = rank_by_embedding(lambda t, m=model: encode(t, m), queries, cands, texts)
+            per_q = ranking_metrics(qrels, ranked, params.retrieval.ks)
+            means = {c: float(per_q[c].mean()) for c in per_q.columns if c != "query_id"}
+            rows.append({"ranker": ranker, "split": "test", "n_queries": per_q.height, "status": "ok",
+                         "reason": None, **means})
+        ks = params.retrieval.ks
+        metric_cols = dict.fromkeys(["mrr", *[f"p_at_{k}" for k in ks], *[f"ndcg_at_{k}" for k in ks]], pl.Float64)
+        out = pl.DataFrame(rows, schema=EVAL_SCHEMA | metric_cols)
+        context.add_output_metadata({"queries": len(qrels), **{
+            f"{r['ranker']}_mrr": r["mrr"] for r in rows if r.get("mrr") is not None}})
+        return out
+
+    return [reranker_finetuned, reranker_eval]
+
+
+def _doc_texts(documents: pl.DataFrame) -> dict[str, str]:
+    from dagster_project.core.retrieval.documents import document_text
+
+    return {d: document_text(t, x) for d, t, x in documents.select("doc_id", "title", "text").iter_rows()}

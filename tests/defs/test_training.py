@@ -1,0 +1,142 @@
+"""The `training` group in-process on tiny hand-made exports: every model asset reads its export, the wiring
+(rows, SFT -> DPO adapter, intents sweep, an unwritten export -> skipped_no_data with its reason) with the LM
+trainer faked (tests/lib/test_lm_training.py trains for real), and a real 1-step re-ranker fine-tune + eval."""
+
+import json
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from dagster_project.config import parse_params
+from dagster_project.core.intents.curation import TRAINING_SCHEMA
+from dagster_project.defs.quality.checks import build_checks
+from dagster_project.defs.training import assets as training
+from dagster_project.lib.model_folder import result_row
+from dagster_project.lib.warehouse import WarehouseIOManager
+
+
+def m(role, content):
+    return {"role": role, "content": content}
+
+
+def _write_exports(root):
+    a = root / "assets"
+    for g in ("annotations", "double_turn/exports", "intents", "retrieval"):
+        (a / g).mkdir(parents=True, exist_ok=True)
+    pl.DataFrame({"id": ["q1", "q2"], "messages": [[m("system", "S"), m("user", "jaguar?"),
+                                                    m("assistant", "Need clarification: yes\nAnimal or car?")],
+                                                   [m("user", "2+2?"), m("assistant", "Need clarification: no\n4")]]}
+                 ).write_parquet(a / "annotations/sft_dataset.parquet")
+    pl.DataFrame({"id": ["p1"], "prompt": [[m("user", "jaguar?")]], "chosen": [[m("assistant", "Animal or car?")]],
+                  "rejected": [[m("assistant", "A cat.")]]}).write_parquet(a / "annotations/dpo_dataset.parquet")
+    pair = {"prompt": [m("user", "who won?")], "chosen": [m("assistant", '{"action":"clarify"}')],
+            "rejected": [m("assistant", '{"action":"answer"}')]}
+    same = {**pair, "rejected": pair["chosen"]}  # no preference: left out, and the table says so
+    (a / "double_turn/exports/dpo_dataset.jsonl").write_text("".join(json.dumps(p) + "\n" for p in (pair, pair, same)))
+    pl.DataFrame({"export": ["dpo_dataset", "dpo_single_turn"],
+                  "path": ["assets/double_turn/exports/dpo_dataset.jsonl",
+                           "assets/double_turn/exports/dpo_single_turn.jsonl"],
+                  "rows": [2, 0], "written": [True, False], "reason": [None, "empty: no kept rows"]}
+                 ).write_parquet(a / "double_turn/training_exports.parquet")
+    conv = [{"conversation_id": f"c{i}", "label_dropout": False, "sdrs": s, "outcome": "correct", "kept": k,
+             "messages": [m("system", "intents"), m("user", f"u{i}"), m("assistant", "which order?"),
+                          m("user", "the last"), m("assistant", "track_order")]}
+            for i, (s, k) in enumerate([(0.9, True), (0.5, True), (0.1, False)])]
+    pl.DataFrame(conv, schema={k: TRAINING_SCHEMA[k] for k in conv[0]}).write_parquet(
+        a / "intents/training_conversations.parquet")
+    docs = {"d1": "red running shoes for trail", "d2": "green wool socks", "d3": "a blue summer hat",
+            "d4": "black leather boots"}
+    pl.DataFrame({"doc_id": list(docs), "title": [None] * 4, "text": list(docs.values())}).write_parquet(
+        a / "retrieval/documents.parquet")
+    ex = [("q1|d1", "running shoes", "train", "d1", ["d2", "d4"]), ("q2|d3", "summer hat", "train", "d3", ["d4"]),
+          ("q3|d4", "leather boots", "test", "d4", ["d1", "d2"])]
+    pl.DataFrame([{"example_id": e, "query_text": q, "split": s, "kept": True, "positive_doc_id": p,
+                   "negative_doc_ids": n, "candidate_doc_ids": [p, *n]} for e, q, s, p, n in ex]
+                 ).write_parquet(a / "retrieval/reranker_training.parquet")
+
+
+PARAMS = {"intents": {"sweep_train": True, "sweep_percentiles": [100.0, 50.0]},
+          "training": {"reranker": {"max_steps": 1, "batch_size": 2, "max_length": 32}}}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("training")
+    mp = pytest.MonkeyPatch()
+    jobs = []
+
+    def fake_train(job, cfg, root):
+        jobs.append(job)
+        if not job.rows:
+            return result_row(job.name, job.kind, "skipped_no_data", job.data_asset, 0, "no rows")
+        meta = {"steps": 1, "final_loss": 0.5, "wall_s": 0.1, "data": {"sha256": "x"}}
+        return result_row(job.name, job.kind, "trained", job.data_asset, len(job.rows), None, meta, root / job.name)
+
+    try:
+        mp.chdir(tmp)
+        mp.setattr(training, "train_lm", fake_train)
+        _write_exports(tmp)
+        params = parse_params(PARAMS)
+        defs = training.build(params)
+        upstream = {k for a in defs.assets for k in a.dependency_keys} - {k for a in defs.assets for k in a.keys}
+        checks = build_checks({k for a in defs.assets for k in a.keys})
+        result = dg.materialize([*defs.assets, *checks, *(dg.SourceAsset(k) for k in upstream)],
+                                resources={"io_manager": WarehouseIOManager(), "params": params})
+    finally:
+        mp.undo()
+    return tmp, result, {j.name: j for j in jobs}
+
+
+def _read(tmp, name):
+    return pl.read_parquet(tmp / f"assets/training/{name}.parquet")
+
+
+def test_every_model_asset_reads_its_export(built):
+    tmp, result, jobs = built
+    assert result.success
+    evaluations = result.get_asset_check_evaluations()
+    assert len(evaluations) == 7 and all(e.passed for e in evaluations)
+    assert sorted(jobs) == ["clarilm_dpo", "clarilm_sft", "double_turn_dpo", "intents_tuned", "intents_tuned_p100",
+                            "intents_tuned_p50", "single_turn_dpo"]
+    assert len(jobs["clarilm_sft"].rows) == 2 and jobs["clarilm_sft"].kind == "sft"
+    assert jobs["clarilm_sft"].rows[0]["completion"] == [m("assistant", "Need clarification: yes\nAnimal or car?")]
+    assert len(jobs["clarilm_dpo"].rows) == 1 and jobs["clarilm_dpo"].kind == "dpo"
+    assert str(jobs["clarilm_dpo"].init_adapter) == "assets/training/clarilm_sft/adapter"
+    assert len(jobs["double_turn_dpo"].rows) == 2
+    row = _read(tmp, "double_turn_dpo").row(0, named=True)
+    assert row["status"] == "trained" and row["reason"] == "left out 1 pair(s) whose chosen == rejected (records [3])"
+
+
+def test_intents_sweep_trains_one_model_per_percentile(built):
+    tmp, _, jobs = built
+    # two assistant turns per conversation -> two prompt/completion rows each
+    assert [len(jobs[n].rows) for n in ("intents_tuned", "intents_tuned_p100", "intents_tuned_p50")] == [4, 6, 4]
+    table = _read(tmp, "intents_tuned")
+    assert table["model"].to_list() == ["intents_tuned", "intents_tuned_p100", "intents_tuned_p50"]
+
+
+def test_an_unwritten_export_is_skipped_with_its_reason(built):
+    tmp, _, _ = built
+    row = _read(tmp, "single_turn_dpo").row(0, named=True)
+    assert row["status"] == "skipped_no_data" and row["folder"] is None
+    assert row["reason"] == "double_turn export dpo_single_turn not written (empty: no kept rows)"
+
+
+def test_reranker_is_fine_tuned_and_compared_with_the_base(built):
+    tmp, _, _ = built
+    row = _read(tmp, "reranker_finetuned").row(0, named=True)
+    assert row["status"] == "trained" and row["steps"] == 1 and row["rows"] == 2
+    folder = tmp / "assets/training/reranker_finetuned"
+    assert (folder / "training.json").is_file() and (folder / "loss_curve.parquet").is_file()
+    assert (folder / "config_sentence_transformers.json").is_file()
+    ev = _read(tmp, "reranker_eval")
+    assert ev["ranker"].to_list() == ["minilm_base", "minilm_finetuned"] and ev["n_queries"].to_list() == [1, 1]
+    assert {"mrr", "ndcg_at_1", "p_at_1"} <= set(ev.columns) and ev["mrr"].is_between(0, 1).all()
+
+
+def test_only_the_models_named_in_params_are_assets():
+    defs = training.build(parse_params({"training": {"models": ["clarilm_dpo"]}}))
+    keys = {k.to_user_string(): a for a in defs.assets for k in a.keys}
+    assert list(keys) == ["training/clarilm_dpo"]
+    assert {k.to_user_string() for k in keys["training/clarilm_dpo"].dependency_keys} == {"annotations/dpo_dataset"}
