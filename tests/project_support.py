@@ -14,7 +14,12 @@ TINY = {
     "intents": {"n_edit_train": 1, "n_edit_test": 0, "n_pair_train": 0, "n_pair_test": 0,
                 "n_unambiguous_train": 2, "max_turns": 2, "n_test_unambiguous": 1, "n_test_ood": 1,
                 "n_test_dropout": 1, "examples_per_intent": 1},
-    "llm": {"cache_path": ".cache/llm_cache.sqlite"},
+    # the embedded model for every method; the HF base and two trained models (plain prompting) close the loop
+    "llm": {"cache_path": ".cache/llm_cache.sqlite",
+            "subjects": {"smollm2": {"backend": "llamacpp", "model": "smollm2-135m-instruct"},
+                         "smollm2_hf": {"backend": "transformers", "model": "smollm2-135m-instruct"},
+                         "clarilm_sft": {"backend": "transformers", "model": "training/clarilm_sft"},
+                         "clarilm_dpo": {"backend": "transformers", "model": "training/clarilm_dpo"}}},
     # ClariLM (logs -> questions -> facets -> annotations): ~20 short LLM calls in all
     "logs": {"max_extractions": 3},
     "questions": {"ql_max_llm_checks": 4, "n_personas": 1, "questions_per_persona": 2, "max_selected": 2},
@@ -26,7 +31,9 @@ TINY = {
                   "annotations_path": None, "validation": {"subtype_check": False, "min_quality": 1}},
     "evaluation": {"subject_max_tokens": 32, "methods": ["base", "clarify_agent", "clarify_agent_no_planner"],
                    "max_dialogues": None, "judge_per_subtype": 1, "judge_pairs": [["clarify_agent", "base"]],
-                   "bertscore": False},
+                   "bertscore": False, "datasets": ["clarifymt", "clarilm_test"],
+                   "subject_methods": {"smollm2_hf": ["base"], "clarilm_sft": ["base"], "clarilm_dpo": ["base"]},
+                   "trained_pairs": [["clarilm_dpo", "clarilm_sft"]]},
     "double_turn": {"max_queries": 2, "rounds": 1, "n_shots": 2, "n_clarify_sampled": 0, "n_direct_samples": 2,
                     "random_repeats": 20, "subject_max_tokens": 24, "generator_max_tokens": 160},
     # retrieval: one 2-turn and one 3-turn session; ~20 short LLM calls (refinement, inference, 1 rerank step)

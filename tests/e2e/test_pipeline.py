@@ -31,11 +31,21 @@ def test_dvc_repro_builds_both_groups_then_skips_and_sweeps(project, monkeypatch
     for row in labels.iter_rows(named=True):
         want = ["clarify", "answer"] if row["persona"] == "precise" else ["clarify", "clarify", "clarify"]
         assert row["reference_action"] == want, row
-    # predictions: one partition per subject x method (TINY: base, clarify_agent and one ablation)
+    # predictions: one partition per planned subject x method (TINY: the embedded model with base, clarify_agent and
+    # one ablation; the HF base and two trained models with base only), on clarifymt + ClariLM's held-out split
     p = read_asset(project / "assets", "evaluation", "predictions")
-    assert len(list((project / "assets/evaluation/predictions").rglob("*.parquet"))) == 3
-    assert p.height == 3 * d.height  # every turn, every method
+    ext = pl.read_parquet(project / "assets/evaluation/external_dialogues.parquet")
+    assert set(ext["dataset"]) == {"clarilm_test"}
+    assert len(list((project / "assets/evaluation/predictions").rglob("*.parquet"))) == 6
+    assert p.height == 6 * (d.height + ext.height)  # every turn, every planned partition
     assert set(p["method"]) == {"base", "clarify_agent", "clarify_agent_no_planner"}
+    assert set(p["subject"]) == {"smollm2", "smollm2_hf", "clarilm_sft", "clarilm_dpo"}
+    assert set(p.filter(pl.col("subject") != "smollm2")["method"]) == {"base"}
+    # the loop closed: trained models vs the HF base and DPO vs SFT, per dataset, each with a verdict in words
+    tc = pl.read_parquet(project / "assets/evaluation/trained_comparison.parquet")
+    assert {(r["subject"], r["reference"]) for r in tc.iter_rows(named=True)} == {
+        ("clarilm_sft", "smollm2_hf"), ("clarilm_dpo", "smollm2_hf"), ("clarilm_dpo", "clarilm_sft")}
+    assert tc["verdict"].null_count() == 0
     agent = p.filter((pl.col("method") == "clarify_agent") & (pl.col("status") == "ok"))
     assert agent["decided_by"].is_not_null().all() and agent["llm_calls"].max() <= 5
     assert set(p["action"]) <= {"clarify", "answer", "invalid"}
