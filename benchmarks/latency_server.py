@@ -7,7 +7,7 @@ Every reply is deterministic from a hash of the request (messages, sampling, sch
   required properties, string lengths, number ranges, arrays, nested objects); a string field named like a
   question, or any string beside an enum that chose "clarify", is a question;
 - otherwise the evaluation protocol's free text, "The answer is ..." or "The clarifying question is ...?", mixed.
-GET /stats gives the requests served, the handlers' own time and the process's CPU time, so a benchmark can
+GET /stats gives the requests served, the time spent building replies and the process's CPU time, so a benchmark can
 tell the server's share of a round trip from the client's. Used by bench_backends.bench_openai (P2, with
 latency) and bench_paper_scale (no latency). Loopback only; stops when its parent kills it.
 """
@@ -166,8 +166,8 @@ STATS = {"requests": 0, "handler_s": 0.0}
 
 def build_app(latency_s: float = 0.0) -> Starlette:
     async def completions(request: Request) -> JSONResponse:
-        t = time.perf_counter()
         body = await request.json()
+        t = time.perf_counter()
         reply = completion(body)
         STATS["handler_s"] += time.perf_counter() - t
         STATS["requests"] += 1

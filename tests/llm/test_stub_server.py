@@ -128,3 +128,30 @@ def test_project_client_on_the_openai_backend_parses_every_reply(stub, tmp_path)
     with urllib.request.urlopen(stub + "/stats", timeout=5) as s:
         stats = json.loads(s.read())
     assert stats["requests"] >= len(reqs) and stats["handler_s"] > 0 and stats["process_cpu_s"] > 0
+
+
+def test_openai_backend_retries_every_fault_kind_on_raw_replies(stub):
+    """The backend reads the raw JSON body (no typed response models): truncated, non-JSON and empty replies,
+    500s and 429s are still retried, and every job ends with the stub's own reply."""
+    from faultproxy import FaultProxy
+
+    from dagster_project.llm.backends.base import Job
+    from dagster_project.llm.backends.openai import OpenAIBackend
+
+    rates = {"500": 0.1, "429": 0.1, "truncated": 0.1, "nonjson": 0.1, "empty": 0.1}
+    sampling = {"temperature": 0.7, "top_p": 1.0, "max_tokens": 48, "seed": 3}
+    jobs = [Job(({"role": "user", "content": f"question {i}"},), sampling, [0, 1], None) for i in range(40)]
+    with FaultProxy(stub, seed=5, rates=rates, retry_after_s=0) as proxy:
+        backend = OpenAIBackend(RoleConfig(backend="openai", model="stub", base_url=proxy.url, max_retries=12,
+                                           concurrency=4, timeout_s=30))
+        backend.backoff_initial_s, backend.backoff_max_s = 0.01, 0.05
+        outs = backend.generate(jobs)
+        counts = proxy.counts
+    assert all(counts[k] > 0 for k in rates), counts
+    assert backend.retries == sum(counts[k] for k in rates)
+    assert [o.error for o in outs] == [None] * 40
+    for job, out in zip(jobs, outs):
+        body = {"model": "stub", "messages": list(job.messages), "temperature": 0.7, "top_p": 1.0,
+                "max_tokens": 48, "n": 2, "seed": 3}
+        assert out.texts == texts(post(stub, body)) and out.truncated == [False, False]
+        assert out.tokens_in > 0 and out.tokens_out > 0
