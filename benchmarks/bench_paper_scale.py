@@ -36,13 +36,14 @@ PAPER = {"n_per_subtype": 85, "judge_per_subtype": 30, "pairwise_items": 100}
 
 
 def scaled_params(base_url: str, cache: Path, scale: float) -> dict[str, Any]:
-    """params.paper.yaml with its sizes times `scale` and every role and subject on the stub."""
+    """params.paper.yaml with its sizes times `scale`, every role and subject on the stub, caches beside `cache`."""
     n = {k: max(1, round(v * scale)) for k, v in PAPER.items()}
     stub = {"backend": "openai", "base_url": base_url, "concurrency": 16, "max_retries": 1, "timeout_s": 60}
     return {"extends": str(REPO / "params.paper.yaml"),
             "llm": {"cache_path": str(cache), "roles": {"default": {**stub, "model": "stub-role"}},
                     # params.yaml's subject, replaced key by key (`extends` merges mappings, cannot drop a key)
                     "subjects": {"smollm2": {**stub, "model": "stub-subject"}}},
+            "embedder": {"cache_path": str(cache.parent / "embeddings.sqlite")},
             "benchmark": {"n_per_subtype": n["n_per_subtype"]},
             "evaluation": {"methods": PAPER_METHODS, "judge_per_subtype": n["judge_per_subtype"],
                            "pairwise_items": n["pairwise_items"]}}
