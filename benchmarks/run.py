@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/run.py                 # all (make bench)
     .venv/bin/python benchmarks/run.py --only cache    # one or more: --only llm,dedup
+    .venv/bin/python benchmarks/run.py --only paper_scale --scale 1   # ClarifyMT-Bench at the paper's full sizes
 
 Prints a table, then one JSON line with every number; the same JSON goes to benchmarks/results/latest.json.
 """
@@ -33,12 +34,13 @@ from _common import BenchResult, say  # noqa: E402
 RESULTS = HERE / "results" / "latest.json"
 
 
-def _benchmarks() -> dict[str, Callable[[], BenchResult]]:
+def _benchmarks(scale: float) -> dict[str, Callable[[], BenchResult]]:
     from bench_backends import bench_openai, bench_rerun, bench_tokens, bench_vllm
     from bench_cache import bench_cache
     from bench_dedup import bench_dedup
     from bench_llm import bench_llm
     from bench_logs import bench_logs
+    from bench_paper_scale import bench_paper_scale
     from bench_parsing import bench_parsing
     from bench_retrieval import bench_retrieval
     from bench_serving import bench_serving
@@ -46,15 +48,20 @@ def _benchmarks() -> dict[str, Callable[[], BenchResult]]:
     # cheap first, so a broken model install still leaves numbers for the rest
     return {"parsing": bench_parsing, "cache": bench_cache, "dedup": bench_dedup, "llm": bench_llm,
             "tokens": bench_tokens, "rerun": bench_rerun, "openai": bench_openai, "vllm": bench_vllm,
-            "retrieval": bench_retrieval, "logs": bench_logs, "serving": bench_serving}
+            "retrieval": bench_retrieval, "logs": bench_logs, "serving": bench_serving,
+            "paper_scale": lambda: bench_paper_scale(scale)}
 
 
-NAMES = ("parsing", "cache", "dedup", "llm", "tokens", "rerun", "openai", "vllm", "retrieval", "logs", "serving")
+NAMES = ("parsing", "cache", "dedup", "llm", "tokens", "rerun", "openai", "vllm", "retrieval", "logs", "serving",
+         "paper_scale")
 # the performance table's headline ratios (ARCHITECTURE §4 / issue 10), printed together at the end
 HEADLINES = (("P1 warm-cache rerun vs cold", "rerun", "p1_warm_vs_cold"),
              ("P2 openai concurrency 32 vs 1", "openai", "p2_concurrency_speedup"),
              ("P3 vLLM batched vs one call each", "vllm", "p3_batched_vs_sequential"),
-             ("llama.cpp tokens/s, 2 threads", "tokens", "llamacpp_tok_s"))
+             ("llama.cpp tokens/s, 2 threads", "tokens", "llamacpp_tok_s"),
+             ("paper scale: ms per LLM call", "paper_scale", "overhead_ms_per_call"),
+             ("paper scale: warm rerun s", "paper_scale", "warm_rerun_s"),
+             ("paper scale: peak RSS MB", "paper_scale", "peak_rss_mb"))
 
 
 def _machine() -> dict[str, object]:
@@ -134,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", action="append", default=[], metavar="NAME",
                     help=f"run only these (repeat or comma-separate): {', '.join(NAMES)}")
+    ap.add_argument("--scale", type=float, default=None, metavar="F",
+                    help="paper_scale: fraction of the paper's sizes (default: bench_paper_scale.DEFAULT_SCALE)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON (default: %(default)s)")
     args = ap.parse_args(argv)
     only = [n.strip() for item in args.only for n in item.split(",") if n.strip()]
@@ -143,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     selected = [n for n in NAMES if not only or n in only]
 
     meta = _machine()
-    benches = _benchmarks()
+    from bench_paper_scale import DEFAULT_SCALE
+
+    benches = _benchmarks(DEFAULT_SCALE if args.scale is None else args.scale)
     results: list[BenchResult] = []
     t0 = time.perf_counter()
     for name in selected:

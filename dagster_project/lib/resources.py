@@ -9,6 +9,7 @@ import numpy as np
 
 from dagster_project.config import LLMConfig, RoleConfig
 from dagster_project.lib.embedder import encode
+from dagster_project.lib.vector_cache import VectorCache
 from dagster_project.llm.backends.base import Backend
 from dagster_project.llm.client import DryRun, LLMClient, LLMSession
 
@@ -36,7 +37,11 @@ class EmbedderResource(dg.ConfigurableResource):
 
     model: str = "all-MiniLM-L6-v2"
     batch_size: int = 64
+    cache_path: str | None = None  # params.yaml embedder.cache_path: vectors by content hash (None: no cache)
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        return encode(texts, self.model, self.batch_size)
+        if self.cache_path is None or not texts:
+            return encode(texts, self.model, self.batch_size)
+        return VectorCache(self.cache_path).rows(f"embed:{self.model}", texts,
+                                                 lambda missing: encode(missing, self.model, self.batch_size))
 

@@ -172,3 +172,24 @@ def test_status_list_reference_is_the_one_status_type():
     assert _resolve("${statuses}", PARAMS) == list(STATUSES)
     assert _resolve(["${statuses}", "skipped"], PARAMS) == [*STATUSES, "skipped"]
     assert _resolve(["ok", "${quality.max_error_rate}"], PARAMS) == ["ok", PARAMS.quality.max_error_rate]
+
+
+def test_results_keep_their_expectation_labels_when_gx_reorders_a_suite():
+    """validate_frame runs each frame's expectations as one GX suite, which GX may reorder: every label still
+    gets its own expectation's result (table-level, column-level and query expectations mixed)."""
+    from dagster_project.defs.quality.checks import Expectation, Suite
+
+    exps = [Expectation("expect_column_values_to_be_in_set", {"column": "a", "value_set": [1, 2]}, name="a in set"),
+            Expectation("expect_table_row_count_to_be_between", {"min_value": 10}, name="rows >= 10"),
+            Expectation("expect_column_values_to_not_be_null", {"column": "b"}, name="b not null"),
+            Expectation("expect_column_values_to_be_unique", {"column": "a"}, name="a unique"),
+            Expectation("expect_table_row_count_to_be_between", {"min_value": 1, "max_value": 1},
+                        query="select count(*) as n from t", name="one row"),
+            Expectation("expect_column_values_to_be_in_set", {"column": "b", "value_set": ["x"]}, name="b is x")]
+    ok, meta = validate_frame(pl.DataFrame({"a": [1, 2, 3], "b": ["x", "x", None]}), Suite("g", "t", True, "", exps),
+                              PARAMS)
+    assert not ok
+    assert {k: v["success"] for k, v in meta.items()} == {
+        "00 a in set": False, "01 rows >= 10": False, "02 b not null": False, "03 a unique": True,
+        "04 one row": True, "05 b is x": True}
+    assert meta["00 a in set"]["unexpected_count"] == 1 and meta["01 rows >= 10"]["observed_value"] == 3

@@ -5,10 +5,12 @@ evaluation.methods), so a new model or method materializes only its own partitio
 reads all partitions.
 """
 
+import json
 import time
 from pathlib import Path
 
 import dagster as dg
+import numpy as np
 import polars as pl
 
 from dagster_project.config import BENCHMARK_DATASET, CLARILM_DATASET, Params
@@ -42,6 +44,7 @@ from dagster_project.io.records import InputFileError, Quarantine
 from dagster_project.lib.assets import group_asset, upstream
 from dagster_project.lib.embedder import minilm_path
 from dagster_project.lib.resources import EmbedderResource, LLMResource
+from dagster_project.lib.vector_cache import VectorCache
 from dagster_project.lib.warehouse import ASSETS_DIR, read_asset
 from dagster_project.llm.trained import TrainedModelMissing, served_model, training_name
 
@@ -189,8 +192,19 @@ def judge_scores(context: dg.AssetExecutionContext, params: dg.ResourceParam[Par
     cfg = params.evaluation
     chat = llm.session(context)
 
+    cache = VectorCache(params.embedder.cache_path) if params.embedder.cache_path else None
+
     def bertscore(candidates: list[str], references: list[str]) -> list[float]:
-        return bertscore_f1(candidates, references, minilm_path(), cfg.bertscore_layers)
+        """BERTScore-F1 per pair; pairs a run already scored come from the vector cache."""
+        if cache is None or not candidates:
+            return bertscore_f1(candidates, references, minilm_path(), cfg.bertscore_layers)
+
+        def score(pairs: list[str]) -> np.ndarray:
+            c, r = zip(*map(json.loads, pairs), strict=True)
+            return np.asarray(bertscore_f1(list(c), list(r), minilm_path(), cfg.bertscore_layers))
+
+        pairs = [json.dumps([c, r]) for c, r in zip(candidates, references, strict=True)]
+        return [float(x) for x in cache.rows(f"bertscore:{cfg.bertscore_layers}", pairs, score)[:, 0]]
 
     out = score_questions(chat, predictions, _messages(params, dialogues), cfg,
                           params.llm.role("judge").model, bertscore if cfg.bertscore else None)

@@ -126,25 +126,47 @@ def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else str(value)
 
 
+def _config_key(config: Any) -> str:
+    """An expectation's identity within one suite run: its type and kwargs (less the batch GX adds)."""
+    return json.dumps([config.type, {k: v for k, v in config.kwargs.items() if k != "batch_id"}], sort_keys=True,
+                      default=str)
+
+
 def validate_frame(df: pl.DataFrame, suite: Suite, params: Params) -> tuple[bool, dict[str, Any]]:
-    """Run every expectation of the suite on the frame; return (all passed, per-expectation metadata)."""
+    """Run every expectation of the suite on the frame; return (all passed, per-expectation metadata).
+
+    The expectations on one frame (the asset, or one `query` of it) are validated as one GX suite: one batch
+    and one metric pass instead of one per expectation (2-3x faster; GX was a warm paper-scale rerun's top
+    cost after MiniLM)."""
     gx = _gx()
-    results: dict[str, Any] = {}
-    frames: dict[str | None, Any] = {None: df.to_pandas()}
-    passed = True
+    by_query: dict[str | None, list[int]] = {}
     for i, e in enumerate(suite.expectations):
-        if e.query not in frames:
+        by_query.setdefault(e.query, []).append(i)
+    outcomes: dict[int, Any] = {}
+    for query, idx in by_query.items():
+        if query is None:
+            frame = df.to_pandas()
+        else:
             with duckdb.connect() as con:
                 con.register("t", df.to_arrow())
-                frames[e.query] = con.sql(e.query).df()
-        exp = getattr(gx.expectations, _camel(e.type))(**{k: _resolve(v, params) for k, v in e.kwargs.items()})
-        r = _batch_definition().get_batch(batch_parameters={"dataframe": frames[e.query]}).validate(exp)
-        label = f"{i:02d} {e.name or e.type}"
+                frame = con.sql(query).df()
+        exps = [getattr(gx.expectations, _camel(suite.expectations[i].type))(
+            **{k: _resolve(v, params) for k, v in suite.expectations[i].kwargs.items()}) for i in idx]
+        run = _batch_definition().get_batch(batch_parameters={"dataframe": frame}).validate(
+            gx.ExpectationSuite(name=f"{suite.group}.{suite.asset}", expectations=exps))
+        by_config = {_config_key(r.expectation_config): r for r in run.results}  # GX reorders them
+        for i, exp in zip(idx, exps, strict=True):
+            if (key := _config_key(exp.configuration)) not in by_config:
+                raise RuntimeError(f"{suite.group}.{suite.asset}: GX returned no result for expectation {i} ({key})")
+            outcomes[i] = by_config[key]
+    results: dict[str, Any] = {}
+    for i, e in enumerate(suite.expectations):
+        r = outcomes[i]
         summary = {k: v for k, v in (r.result or {}).items()
                    if k in ("observed_value", "unexpected_count", "element_count", "partial_unexpected_list")}
-        results[label] = json.loads(json.dumps({"success": bool(r.success), **summary}, default=_plain))
-        passed &= bool(r.success)
-    return passed, results
+        results[f"{i:02d} {e.name or e.type}"] = json.loads(json.dumps({"success": bool(r.success), **summary},
+                                                                       default=_plain))
+    return all(v["success"] for v in results.values()), results
 
 
 def partition_error_counts(base: str | Path, group: str, asset: str) -> dict[str, tuple[int, int]]:

@@ -47,6 +47,17 @@ def _transient_errors() -> tuple[type[BaseException], ...]:
             openai.APIResponseValidationError, json.JSONDecodeError, BadReply)
 
 
+def _choices(reply: Any) -> list[dict[str, Any]]:
+    """The choices of a chat completion body; BadReply (retried) for anything else or none."""
+    if not isinstance(reply, dict) or not isinstance(reply.get("choices"), list):
+        raise BadReply(f"reply is not a chat completion: {str(reply)[:200]!r}")
+    if not reply["choices"]:
+        raise BadReply("server returned no choices")
+    if not all(isinstance(c, dict) for c in reply["choices"]):
+        raise BadReply(f"choices are not objects: {str(reply['choices'])[:200]!r}")
+    return reply["choices"]
+
+
 class OpenAIBackend:
     """Any OpenAI-compatible server; async with a concurrency limit, retries with backoff, timeouts.
 
@@ -127,16 +138,16 @@ class OpenAIBackend:
                                                    wait=self._wait, before_sleep=self._count_retry):
                     with attempt:
                         async with sem:
-                            r = await client.chat.completions.create(**kwargs)
-                        if isinstance(r, str) or not hasattr(r, "choices"):
-                            raise BadReply(f"reply is not a chat completion: {str(r)[:200]!r}")
-                        if not r.choices:
-                            raise BadReply("server returned no choices")
-                out.texts.extend(c.message.content or "" for c in r.choices[: kwargs["n"]])
-                out.truncated.extend(c.finish_reason == "length" for c in r.choices[: kwargs["n"]])
-                if r.usage:
-                    out.tokens_in += r.usage.prompt_tokens
-                    out.tokens_out += r.usage.completion_tokens
+                            # the raw JSON: the client's typed request transform and response models cost
+                            # ~1-3 ms of CPU per call (profiled at paper scale), more than the rest of the layer
+                            r = await client.post("/chat/completions", body=kwargs, cast_to=object)
+                        choices = _choices(r)
+                for c in choices[: kwargs["n"]]:
+                    out.texts.append((c.get("message") or {}).get("content") or "")
+                    out.truncated.append(c.get("finish_reason") == "length")
+                usage = r.get("usage") or {}
+                out.tokens_in += usage.get("prompt_tokens") or 0
+                out.tokens_out += usage.get("completion_tokens") or 0
         except Exception as err:  # noqa: BLE001
             return JobOutput(error=short_error(err))
         return out

@@ -1,0 +1,105 @@
+"""One timed run of the benchmark + evaluation groups, for bench_paper_scale (a subprocess, so its peak RSS is its own).
+
+    python benchmarks/paper_scale_worker.py WORKDIR PARAMS
+
+Runs in WORKDIR (a temp copy of the project) as `clarify materialize benchmark` then `... evaluation` do (one
+Dagster run per stage and partition, ephemeral instance), with timers around LLMClient.chat (cache + backend)
+the openai backend's generate_each (the HTTP round trips) and MiniLM (sentence encoding, BERTScore). Prints one line `PAPER_JSON {...}`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+GROUPS = ("benchmark", "evaluation")
+
+
+def _timed(cls: type, name: str, box: dict[str, float]) -> None:
+    """Wrap cls.name so that box[name + '_s'] sums its wall time and box[name + '_n'] counts its calls."""
+    inner = getattr(cls, name)
+
+    @wraps(inner)
+    def outer(*args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            box[f"{name}_s"] = box.get(f"{name}_s", 0.0) + time.perf_counter() - t
+            box[f"{name}_n"] = box.get(f"{name}_n", 0) + 1
+
+    setattr(cls, name, outer)
+
+
+def _count_results(box: dict[str, float]) -> None:
+    """LLMClient.chat's results: requests, samples, cache hits, errors, summed per-request latency."""
+    from dagster_project.llm.client import LLMClient
+
+    inner = LLMClient.chat
+
+    @wraps(inner)
+    def outer(self: LLMClient, role: str, requests: list, *args: Any, **kwargs: Any) -> list:
+        out = inner(self, role, requests, *args, **kwargs)
+        box["requests"] = box.get("requests", 0) + len(out)
+        box["samples"] = box.get("samples", 0) + sum(len(r.texts) for r in out)
+        box["cache_hits"] = box.get("cache_hits", 0) + sum(r.cache_hits for r in out)
+        box["errors"] = box.get("errors", 0) + sum(1 for r in out if r.error)
+        box["request_latency_s"] = box.get("request_latency_s", 0.0) + sum(r.latency_s for r in out if not r.cached)
+        return out
+
+    LLMClient.chat = outer  # type: ignore[method-assign]
+
+
+def _time_models(box: dict[str, float]) -> None:
+    """MiniLM: sentence encoding (dedup, Intent-Sim) as `encode_s`, BERTScore as `score_s`."""
+    import bert_score
+    from sentence_transformers import SentenceTransformer
+
+    _timed(SentenceTransformer, "encode", box)
+    _timed(bert_score, "score", box)
+
+
+def main(workdir: str, params_path: str) -> dict[str, Any]:
+    os.chdir(workdir)
+    os.environ |= {"CLARIFY_PARAMS": params_path, "DAGSTER_HOME": str(Path(workdir) / ".dagster")}
+    t0 = time.perf_counter()
+    import dagster as dg
+
+    from dagster_project.cli import materialize_group
+    from dagster_project.config import load_params
+    from dagster_project.definitions import build_definitions
+    from dagster_project.llm.backends.openai import OpenAIBackend
+    from dagster_project.llm.client import LLMClient
+
+    box: dict[str, float] = {"import_s": time.perf_counter() - t0}
+    _timed(LLMClient, "chat", box)
+    _count_results(box)
+    _timed(OpenAIBackend, "generate_each", box)
+    _time_models(box)
+    defs = build_definitions(load_params(params_path))
+    failed: list[str] = []
+    t = time.perf_counter()
+    with dg.DagsterInstance.ephemeral() as instance:
+        for group in GROUPS:
+            g = time.perf_counter()
+            results = materialize_group(defs, group, instance, say=lambda m: print(f"[paper_scale] {m}",
+                                                                                  file=sys.stderr, flush=True))
+            box[f"{group}_s"] = time.perf_counter() - g
+            if not results or not all(r.success for r in results):
+                failed.append(group)
+                break
+    box["run_s"] = time.perf_counter() - t
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    box["peak_rss_mb"] = max(me.ru_maxrss, kids.ru_maxrss) / 1024  # Linux: KiB
+    box["cpu_s"] = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    return {**box, "failed": failed}
+
+
+if __name__ == "__main__":
+    print("PAPER_JSON " + json.dumps(main(sys.argv[1], sys.argv[2])), flush=True)
