@@ -1,7 +1,7 @@
 """Exact + semantic deduplication (ClarifyMT-Bench §4.1, ClariLM): cluster by cosine > tau, keep the best.
 
 Pairs above tau come from an exact blocked all-pairs search up to `exact_max` rows, and above it from an
-approximate nearest-neighbour index (usearch HNSW) whose candidates are verified with exact cosines.
+approximate nearest-neighbour index (faiss IVF-flat) whose candidates are verified with exact cosines.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import numpy as np
 import polars as pl
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
-from usearch.index import Index
 
 Embed = Callable[[list[str]], np.ndarray]
 
@@ -56,11 +55,8 @@ def similar_pairs(vectors: np.ndarray, tau: float, block: int) -> tuple[np.ndarr
     return np.concatenate(rows), np.concatenate(cols), np.concatenate(sims)
 
 
-# HNSW graph settings: near-duplicates sit far closer than anything else, so a sparse graph finds them
-# (planted pairs: recall 1.0 at 50k) at a fraction of the default build cost (connectivity 16, expansion 128).
-HNSW = {"connectivity": 8, "expansion_add": 32, "expansion_search": 32}
-ANN_SLACK = 1e-3  # candidates within this much below tau are verified too (index arithmetic differs from numpy's)
-VERIFY_CHUNK = 32_768  # candidate pairs whose cosine is computed at once (2 x chunk x dim floats)
+ANN_SLACK = 1e-4  # candidates within this much below tau are verified too (faiss sums in another order)
+VERIFY_CHUNK = 32_768  # candidate pairs (or query rows) handled at once: O(chunk x dim) floats
 
 
 @dataclass(frozen=True)
@@ -70,74 +66,79 @@ class Pairs:
     i: np.ndarray
     j: np.ndarray
     sim: np.ndarray
-    method: str  # "exact": blocked all pairs; "ann": k nearest neighbours from an HNSW index, verified exactly
+    method: str  # "exact": blocked all pairs; "ann": k nearest neighbours from an IVF index, verified exactly
     candidates: int  # pairs whose cosine was computed exactly
 
     def summary(self) -> dict[str, int | str]:
         return {"dedup_method": self.method, "dedup_candidates": self.candidates, "dedup_verified_pairs": len(self.i)}
 
 
-def find_pairs(vectors: np.ndarray, tau: float, block: int, exact_max: int, ann_k: int) -> Pairs:
-    """Exact search up to `exact_max` rows (O(n^2), no misses), the ANN search above it (about O(n log n))."""
+def find_pairs(vectors: np.ndarray, tau: float, block: int, exact_max: int, ann_k: int, ann_nprobe: int) -> Pairs:
+    """Exact search up to `exact_max` rows (O(n^2), no misses), the ANN search above it (about O(n^1.5))."""
     n = len(vectors)
     if n <= exact_max:
         i, j, s = similar_pairs(vectors, tau, block)
         return Pairs(i, j, s, "exact", n * (n - 1) // 2)
-    return ann_pairs(vectors, tau, ann_k, block)
+    return ann_pairs(vectors, tau, ann_k, ann_nprobe)
 
 
-def ann_pairs(vectors: np.ndarray, tau: float, k: int, block: int) -> Pairs:
-    """Pairs with cosine > tau among each row's k nearest neighbours in an HNSW index, verified exactly.
+def ann_pairs(vectors: np.ndarray, tau: float, k: int, nprobe: int, seed: int = 0) -> Pairs:
+    """Pairs with cosine > tau among each row's k nearest neighbours, verified with exact cosines.
 
-    A row whose k-th neighbour still passes is searched again with twice the count until one fails, so a
-    duplicate group larger than k yields all its pairs. Zero vectors have no neighbours (cosine 0).
+    faiss IVF-flat: k-means cells (4 sqrt(n) of them), each row searched in its `nprobe` nearest cells. A row
+    whose k-th neighbour still passes is searched again with twice the count until one fails, so a duplicate
+    group larger than k yields all its pairs. Zero vectors have no neighbours (cosine 0).
     """
     v = np.ascontiguousarray(vectors, dtype=np.float32)
-    norms = np.linalg.norm(v, axis=1) if len(v) else np.zeros(0, np.float32)
+    n = len(v)
+    norms = np.linalg.norm(v, axis=1) if n else np.zeros(0, np.float32)
     live = np.flatnonzero(norms > 0)
     if len(live) < 2:
         return Pairs(np.array([], int), np.array([], int), np.array([], np.float32), "ann", 0)
-    index = Index(ndim=v.shape[1], metric="cos", dtype="f32", **HNSW)
-    index.add(live, v if len(live) == len(v) else v[live], copy=False)  # the cos metric normalises itself
+    index = _ivf_index(v, norms, live, nprobe, seed)
     found, todo, count = [], live, k + 1  # +1: a row finds itself
     while len(todo):
-        keys, saturated = _neighbours(index, v, todo, min(count, len(live)), tau - ANN_SLACK, block)
-        found.append(keys)
+        codes, saturated = _neighbours(index, v, norms, todo, min(count, len(live)), tau - ANN_SLACK)
+        found.append(codes)
         todo = saturated if count < len(live) else saturated[:0]
         count *= 2
     codes = np.unique(np.concatenate(found))
-    a, b = np.divmod(codes, len(v))
+    a, b = np.divmod(codes, n)
     sims = _row_cosines(v, a, b, norms)
     keep = sims > tau
     return Pairs(a[keep], b[keep], sims[keep].astype(np.float32), "ann", len(codes))
 
 
-def _neighbours(index: Index, v: np.ndarray, rows: np.ndarray, count: int, floor: float,
-                block: int) -> tuple[np.ndarray, np.ndarray]:
+def _ivf_index(v: np.ndarray, norms: np.ndarray, live: np.ndarray, nprobe: int, seed: int):
+    """faiss IndexIVFFlat (inner product) over the unit-length live rows, trained on a seeded sample, added in
+    chunks so no full normalised copy of the input exists besides the index's own."""
+    import faiss  # imported here: only inputs above exact_max pay for loading it
+
+    d, cells = v.shape[1], max(1, min(len(live) // 39, round(4 * np.sqrt(len(live)))))
+    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, cells, faiss.METRIC_INNER_PRODUCT)
+    index.cp.niter, index.cp.seed = 10, seed
+    sample = np.sort(np.random.default_rng(seed).permutation(live)[:40 * cells])
+    index.train(v[sample] / norms[sample, None])
+    for c in range(0, len(live), VERIFY_CHUNK):
+        rows = live[c:c + VERIFY_CHUNK]
+        index.add_with_ids(v[rows] / norms[rows, None], rows.astype(np.int64))
+    index.nprobe = min(nprobe, cells)
+    return index
+
+
+def _neighbours(index, v: np.ndarray, norms: np.ndarray, rows: np.ndarray, count: int,
+                floor: float) -> tuple[np.ndarray, np.ndarray]:
     """Candidate pairs (coded lo * n + hi) of `rows` above `floor`, and the rows whose last neighbour passed."""
     n, codes, saturated = len(v), [], []
-    for start in range(0, len(rows), block):
-        q = rows[start:start + block]
-        keys, sims = _search(index, v[q], count)
-        ok = sims > floor
+    for start in range(0, len(rows), VERIFY_CHUNK):
+        q = rows[start:start + VERIFY_CHUNK]
+        sims, keys = index.search(v[q] / norms[q, None], count)  # missing neighbours: key -1, similarity -inf
+        ok = (sims > floor) & (keys >= 0)
         saturated.append(q[ok[:, -1]])
         ok &= keys != q[:, None]
         a, b = np.broadcast_to(q[:, None], keys.shape)[ok], keys[ok]
         codes.append(np.minimum(a, b) * n + np.maximum(a, b))
     return np.concatenate(codes), np.concatenate(saturated)
-
-
-def _search(index: Index, queries: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """(keys, cosines), both (len(queries), count); slots past what the index returned have cosine -inf."""
-    res = index.search(queries, count)
-    keys = np.zeros((len(queries), count), np.int64)
-    sims = np.full((len(queries), count), -np.inf, np.float32)
-    if len(queries) == 1:  # usearch answers a single query with a flat Matches
-        keys[0, :len(res.keys)], sims[0, :len(res.keys)] = res.keys, 1 - res.distances
-        return keys, sims
-    found = np.arange(count) < res.counts[:, None]
-    keys[found], sims[found] = res.keys[found], 1 - res.distances[found]
-    return keys, sims
 
 
 def _clusters(n: int, i: np.ndarray, j: np.ndarray) -> np.ndarray:
@@ -160,7 +161,8 @@ def _row_cosines(v: np.ndarray, a: np.ndarray, b: np.ndarray, norms: np.ndarray)
 
 
 def semantic_dedup(texts: Sequence[str], quality: Sequence[float], embed: Embed, tau: float = 0.7,
-                   block: int = 2048, *, exact_max: int = 50_000, ann_k: int = 16) -> DedupResult:
+                   block: int = 2048, *, exact_max: int = 50_000, ann_k: int = 16,
+                   ann_nprobe: int = 16) -> DedupResult:
     """Exact dedup on normalised text, then connected components of cosine > tau; keep max quality.
 
     Rows removed keep a pointer to their representative and why (exact / semantic), so nothing is lost.
@@ -178,7 +180,7 @@ def semantic_dedup(texts: Sequence[str], quality: Sequence[float], embed: Embed,
     search: dict[str, int | str] = {"dedup_method": "none", "dedup_candidates": 0, "dedup_verified_pairs": 0}
     if len(uniques) > 1:
         vecs = np.asarray(embed([texts[k] for k in uniques]))
-        pairs = find_pairs(vecs, tau, block, exact_max, ann_k)
+        pairs = find_pairs(vecs, tau, block, exact_max, ann_k, ann_nprobe)
         search = pairs.summary()
         sem_rep = uniques[_resolve(_clusters(len(uniques), pairs.i, pairs.j), q[uniques])]
         pos = np.searchsorted(uniques, exact_rep)
