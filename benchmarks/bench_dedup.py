@@ -10,7 +10,7 @@ import tracemalloc
 import numpy as np
 from _common import BenchResult, ratio, say, timer
 
-from dagster_project.core.shared.dedup import semantic_dedup, similar_pairs
+from dagster_project.core.shared.dedup import AnnSearch, semantic_dedup, similar_pairs
 
 # (verb, object) pairs x phrasings x suffixes: many rows share a meaning with different wording, which is
 # exactly what the tau=0.7 MiniLM dedup is for.
@@ -171,7 +171,7 @@ def _ann_child(n: int, tau: float, block: int, k: int, nprobe: int) -> dict[str,
     texts = [f"q{r}" for r in range(n)]  # all distinct: every row is one unique text, in row order
     rss_input = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     with timer() as t:
-        res = semantic_dedup(texts, [1.0] * n, lambda ts: v, tau, block, exact_max=0, ann_k=k, ann_nprobe=nprobe)
+        res = semantic_dedup(texts, [1.0] * n, lambda ts: v, tau, block, AnnSearch(exact_max=0, k=k, nprobe=nprobe))
     cluster = res.table["cluster"].to_numpy()
     s = res.summary()
     return {"n": n, "secs": t[0], "planted": len(src), "planted_merged": int((cluster[src] == cluster[dst]).sum()),

@@ -8,6 +8,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from dagster_project.core.shared.dedup import (
+    AnnSearch,
     ann_pairs,
     find_pairs,
     normalise,
@@ -247,8 +248,8 @@ def test_planted_set_has_big_groups_and_no_chance_pairs_near_tau():
 @pytest.mark.parametrize("k", [2, 5, 16])
 def test_ann_pairs_equal_exact_pairs_with_groups_larger_than_k(k):
     v = planted()
-    exact = find_pairs(v, 0.7, 128, exact_max=len(v), ann_k=k, ann_nprobe=64)
-    ann = find_pairs(v, 0.7, 128, exact_max=0, ann_k=k, ann_nprobe=64)  # threshold 0: the ANN path
+    exact = find_pairs(v, 0.7, 128, AnnSearch(exact_max=len(v), k=k, nprobe=64))
+    ann = find_pairs(v, 0.7, 128, AnnSearch(exact_max=0, k=k, nprobe=64))  # threshold 0: the ANN path
     assert (exact.method, ann.method) == ("exact", "ann")
     assert as_set(ann.i, ann.j) == as_set(exact.i, exact.j)
     got = dict(zip(zip(ann.i.tolist(), ann.j.tolist()), ann.sim.tolist()))
@@ -273,15 +274,15 @@ def test_semantic_dedup_ann_table_equals_exact_table():
     quality = list(np.random.default_rng(1).random(len(texts)))
     embed = fake_embed({t: list(v[k]) for k, t in enumerate(texts[:-1])})
     exact = semantic_dedup(texts, quality, embed, tau=0.7, block=100)
-    ann = semantic_dedup(texts, quality, embed, tau=0.7, block=100, exact_max=0, ann_k=3, ann_nprobe=64)
+    ann = semantic_dedup(texts, quality, embed, tau=0.7, block=100, ann=AnnSearch(0, k=3, nprobe=64))
     assert ann.table.equals(exact.table)
     assert exact.summary()["dedup_method"] == "exact" and ann.summary()["dedup_method"] == "ann"
     assert ann.summary()["dedup_verified_pairs"] == exact.summary()["dedup_verified_pairs"] > 100
     assert int((ann.table["dedup_reason"] == "semantic").sum()) > 30
     # the threshold counts unique texts: exactly at exact_max the exact path still runs
-    at = semantic_dedup(texts, quality, embed, tau=0.7, block=100, exact_max=len(v), ann_k=3, ann_nprobe=64)
+    at = semantic_dedup(texts, quality, embed, tau=0.7, block=100, ann=AnnSearch(len(v), k=3, nprobe=64))
     assert at.summary()["dedup_method"] == "exact"
-    over = semantic_dedup(texts, quality, embed, tau=0.7, block=100, exact_max=len(v) - 1, ann_k=3, ann_nprobe=64)
+    over = semantic_dedup(texts, quality, embed, tau=0.7, block=100, ann=AnnSearch(len(v) - 1, k=3, nprobe=64))
     assert over.summary()["dedup_method"] == "ann"
 
 

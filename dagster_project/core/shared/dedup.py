@@ -60,6 +60,18 @@ VERIFY_CHUNK = 32_768  # candidate pairs (or query rows) handled at once: O(chun
 
 
 @dataclass(frozen=True)
+class AnnSearch:
+    """When and how the approximate search runs (params.yaml dedup_exact_max / dedup_ann_k / dedup_ann_nprobe)."""
+
+    exact_max: int = 50_000  # up to this many unique texts the exact all-pairs search runs
+    k: int = 16  # neighbours searched per row (widened for rows whose k-th neighbour is still a duplicate)
+    nprobe: int = 16  # IVF cells searched per row: more finds more pairs, linearly slower
+
+
+DEFAULT_ANN = AnnSearch()
+
+
+@dataclass(frozen=True)
 class Pairs:
     """Row pairs i < j with cosine > tau, and how they were found."""
 
@@ -73,13 +85,13 @@ class Pairs:
         return {"dedup_method": self.method, "dedup_candidates": self.candidates, "dedup_verified_pairs": len(self.i)}
 
 
-def find_pairs(vectors: np.ndarray, tau: float, block: int, exact_max: int, ann_k: int, ann_nprobe: int) -> Pairs:
-    """Exact search up to `exact_max` rows (O(n^2), no misses), the ANN search above it (about O(n^1.5))."""
+def find_pairs(vectors: np.ndarray, tau: float, block: int, ann: AnnSearch) -> Pairs:
+    """Exact search up to `ann.exact_max` rows (O(n^2), no misses), the ANN search above it (about O(n^1.5))."""
     n = len(vectors)
-    if n <= exact_max:
+    if n <= ann.exact_max:
         i, j, s = similar_pairs(vectors, tau, block)
         return Pairs(i, j, s, "exact", n * (n - 1) // 2)
-    return ann_pairs(vectors, tau, ann_k, ann_nprobe)
+    return ann_pairs(vectors, tau, ann.k, ann.nprobe)
 
 
 def ann_pairs(vectors: np.ndarray, tau: float, k: int, nprobe: int, seed: int = 0) -> Pairs:
@@ -161,12 +173,11 @@ def _row_cosines(v: np.ndarray, a: np.ndarray, b: np.ndarray, norms: np.ndarray)
 
 
 def semantic_dedup(texts: Sequence[str], quality: Sequence[float], embed: Embed, tau: float = 0.7,
-                   block: int = 2048, *, exact_max: int = 50_000, ann_k: int = 16,
-                   ann_nprobe: int = 16) -> DedupResult:
+                   block: int = 2048, ann: AnnSearch = DEFAULT_ANN) -> DedupResult:
     """Exact dedup on normalised text, then connected components of cosine > tau; keep max quality.
 
     Rows removed keep a pointer to their representative and why (exact / semantic), so nothing is lost.
-    Above `exact_max` unique texts the pairs come from the ANN search (`find_pairs`); `search` says which.
+    Above `ann.exact_max` unique texts the pairs come from the ANN search (`find_pairs`); `search` says which.
     """
     n = len(texts)
     q = np.nan_to_num(np.asarray(quality, dtype=float), nan=-np.inf)
@@ -180,7 +191,7 @@ def semantic_dedup(texts: Sequence[str], quality: Sequence[float], embed: Embed,
     search: dict[str, int | str] = {"dedup_method": "none", "dedup_candidates": 0, "dedup_verified_pairs": 0}
     if len(uniques) > 1:
         vecs = np.asarray(embed([texts[k] for k in uniques]))
-        pairs = find_pairs(vecs, tau, block, exact_max, ann_k, ann_nprobe)
+        pairs = find_pairs(vecs, tau, block, ann)
         search = pairs.summary()
         sem_rep = uniques[_resolve(_clusters(len(uniques), pairs.i, pairs.j), q[uniques])]
         pos = np.searchsorted(uniques, exact_rep)
