@@ -9,11 +9,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
+
+if TYPE_CHECKING:
+    import faiss
 
 Embed = Callable[[list[str]], np.ndarray]
 
@@ -121,7 +125,7 @@ def ann_pairs(vectors: np.ndarray, tau: float, k: int, nprobe: int, seed: int = 
     return Pairs(a[keep], b[keep], sims[keep].astype(np.float32), "ann", len(codes))
 
 
-def _ivf_index(v: np.ndarray, norms: np.ndarray, live: np.ndarray, nprobe: int, seed: int):
+def _ivf_index(v: np.ndarray, norms: np.ndarray, live: np.ndarray, nprobe: int, seed: int) -> faiss.IndexIVFFlat:
     """faiss IndexIVFFlat (inner product) over the unit-length live rows, trained on a seeded sample, added in
     chunks so no full normalised copy of the input exists besides the index's own."""
     import faiss  # imported here: only inputs above exact_max pay for loading it
@@ -138,7 +142,7 @@ def _ivf_index(v: np.ndarray, norms: np.ndarray, live: np.ndarray, nprobe: int, 
     return index
 
 
-def _neighbours(index, v: np.ndarray, norms: np.ndarray, rows: np.ndarray, count: int,
+def _neighbours(index: faiss.IndexIVFFlat, v: np.ndarray, norms: np.ndarray, rows: np.ndarray, count: int,
                 floor: float) -> tuple[np.ndarray, np.ndarray]:
     """Candidate pairs (coded lo * n + hi) of `rows` above `floor`, and the rows whose last neighbour passed."""
     n, codes, saturated = len(v), [], []
