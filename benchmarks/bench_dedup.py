@@ -10,7 +10,7 @@ import tracemalloc
 import numpy as np
 from _common import BenchResult, ratio, say, timer
 
-from dagster_project.core.shared.dedup import semantic_dedup, similar_pairs
+from dagster_project.core.shared.dedup import AnnSearch, semantic_dedup, similar_pairs
 
 # (verb, object) pairs x phrasings x suffixes: many rows share a meaning with different wording, which is
 # exactly what the tau=0.7 MiniLM dedup is for.
@@ -55,9 +55,10 @@ def make_questions(n: int, seed: int = 0) -> list[str]:
     return out
 
 
-def planted_vectors(n: int, dim: int = 384, dup_share: float = 0.01, noise: float = 0.02,
-                    seed: int = 0) -> tuple[np.ndarray, int]:
-    """Random unit vectors (pairwise cosine ~ N(0, 1/dim), never > 0.7) plus planted near-copies (cosine ~0.93)."""
+def planted(n: int, dim: int = 384, dup_share: float = 0.01, noise: float = 0.02,
+            seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random unit vectors (pairwise cosine ~ N(0, 1/dim), never > 0.7) plus planted near-copies (cosine ~0.93):
+    (vectors, src, dst) where row dst[k] is a noisy copy of row src[k]; these are the only pairs above 0.7."""
     rng = np.random.default_rng(seed)
     v = rng.standard_normal((n, dim), dtype=np.float32)
     m = int(n * dup_share)
@@ -66,7 +67,14 @@ def planted_vectors(n: int, dim: int = 384, dup_share: float = 0.01, noise: floa
     unit = v[src] / np.linalg.norm(v[src], axis=1, keepdims=True)
     v[dst] = unit + noise * rng.standard_normal((m, dim), dtype=np.float32)  # |noise| ~ 0.39
     v /= np.linalg.norm(v, axis=1, keepdims=True)
-    return v, m
+    return v, src, dst
+
+
+def planted_vectors(n: int, dim: int = 384, dup_share: float = 0.01, noise: float = 0.02,
+                    seed: int = 0) -> tuple[np.ndarray, int]:
+    """`planted` as (vectors, number of planted pairs)."""
+    v, src, _ = planted(n, dim, dup_share, noise, seed)
+    return v, len(src)
 
 
 def _pairs_run(v: np.ndarray, tau: float, block: int, trace: bool) -> tuple[float, int, int]:
@@ -148,3 +156,103 @@ def bench_dedup(n_questions: int = 1_000, sizes: tuple[int, int] = (10_000, 50_0
     res.add("similar_pairs_mem_ratio", ratio(out[big][3], out[small][3]),
             f"similar_pairs peak memory {big // 1000}k / {small // 1000}k", "x", note=f"O(block*n) predicts {f:.0f}x")
     return res
+
+
+# ---------------------------------------------------------------- ANN path (issue 19 item 3)
+ANN_SIZES_ENV = "DEDUP_ANN_SIZES"  # e.g. "100000" to skip the 1M run (~minutes) when short of time
+
+
+def _ann_child(n: int, tau: float, block: int, k: int, nprobe: int) -> dict[str, float]:
+    """In a fresh process: semantic_dedup of n planted vectors forced onto the ANN path (embeddings given,
+    so no encoding), with its wall time, the planted pairs it merged, and the process's peak RSS."""
+    import resource
+
+    v, src, dst = planted(n)
+    texts = [f"q{r}" for r in range(n)]  # all distinct: every row is one unique text, in row order
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    with timer() as t:
+        res = semantic_dedup(texts, [1.0] * n, lambda ts: v, tau, block, AnnSearch(exact_max=0, k=k, nprobe=nprobe))
+    cluster = res.table["cluster"].to_numpy()
+    s, after = res.summary(), resource.getrusage(resource.RUSAGE_SELF)
+    return {"n": n, "secs": t[0], "cpu_s": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, "planted": len(src), "planted_merged": int((cluster[src] == cluster[dst]).sum()),
+            "removed": s["dedup_removed"], "candidates": s["dedup_candidates"],
+            "verified_pairs": s["dedup_verified_pairs"], "rss_before_mb": before.ru_maxrss / 1024,
+            "peak_rss_mb": after.ru_maxrss / 1024}
+
+
+def _ann_in_subprocess(n: int, tau: float, block: int, k: int, nprobe: int) -> dict[str, float]:
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, __file__, "--ann-child", str(n), str(tau), str(block), str(k),
+                          str(nprobe)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bench_dedup_ann(recall_n: int = 50_000, sizes: tuple[int, ...] | None = None, tau: float = 0.7,
+                    block: int = 2048, k: int = 16, nprobe: int = 16) -> BenchResult:
+    """Pair recall of `ann_pairs` against `similar_pairs` at `recall_n`; then semantic_dedup on the ANN path
+    at `sizes` (default 100k and 1M, or $DEDUP_ANN_SIZES), each in its own process for a clean peak RSS."""
+    import os
+
+    from dagster_project.core.shared.dedup import ann_pairs
+
+    sizes = sizes or tuple(int(x) for x in os.environ.get(ANN_SIZES_ENV, "100000,1000000").split(",") if x)
+    res = BenchResult("dedup_ann")
+    v, _ = planted_vectors(recall_n)
+    say(f"dedup_ann: exact similar_pairs on {recall_n:,} (reference)")
+    with timer() as t_exact:
+        i, j, _ = similar_pairs(v, tau, block)
+    say(f"dedup_ann: ann_pairs on {recall_n:,} (k={k}, nprobe={nprobe})")
+    with timer() as t_ann:
+        ann = ann_pairs(v, tau, k, nprobe)
+    exact = set(zip(i.tolist(), j.tolist()))
+    hit = len(exact & set(zip(ann.i.tolist(), ann.j.tolist())))
+    del v
+    tag = f"{recall_n // 1000}k"
+    res.add(f"ann_recall_{tag}", ratio(hit, len(exact)), f"ANN pair recall vs exact, {recall_n:,} rows",
+            note=f"{hit:,} of {len(exact):,} exact pairs; {len(ann.i) - hit} extra; goal >= 0.99")
+    res.add(f"exact_pairs_{tag}_s", t_exact[0], f"exact similar_pairs {recall_n:,} rows (reference)", "s")
+    res.add(f"ann_pairs_{tag}_s", t_ann[0], f"ann_pairs {recall_n:,} rows", "s",
+            note=f"{ann.candidates:,} candidates verified; exact / ANN {ratio(t_exact[0], t_ann[0]):.1f}x")
+    runs = {}
+    for n in sizes:
+        say(f"dedup_ann: semantic_dedup on the ANN path, {n:,} rows, own process")
+        r = runs[n] = _ann_in_subprocess(n, tau, block, k, nprobe)
+        tag = f"{n // 1000}k" if n < 1_000_000 else f"{n / 1e6:g}M"
+        res.add(f"ann_dedup_{tag}_s", r["secs"], f"semantic_dedup ANN {n:,} rows (no encoding)", "s",
+                note=f"{r['planted_merged']:,} of {r['planted']:,} planted pairs merged; "
+                     f"{r['candidates']:,} candidates, {r['verified_pairs']:,} verified")
+        res.add(f"ann_dedup_{tag}_cpu_s", r["cpu_s"], f"semantic_dedup ANN {n:,} CPU time (all threads)", "s",
+                note="less sensitive to other processes' load than wall time; / 2 cores = wall on a quiet machine")
+        res.add(f"ann_dedup_{tag}_peak_rss_mb", r["peak_rss_mb"], f"semantic_dedup ANN {n:,} peak RSS", "MiB",
+                note=f"{r['rss_before_mb']:,.0f} MiB after making the input ({n * 384 * 4 / 2**20:,.0f} MiB vectors)")
+        res.metrics[f"ann_dedup_{tag}_planted_recall"] = round(ratio(r["planted_merged"], r["planted"]), 6)
+    if len(sizes) >= 2:
+        a, b = sizes[0], sizes[-1]
+        t = ratio(runs[b]["secs"], runs[a]["secs"])
+        res.add("ann_dedup_time_ratio", t, f"semantic_dedup ANN time {b:,} / {a:,}", "x",
+                note=f"exponent {math.log(t) / math.log(b / a):.2f} (IVF with 4 sqrt(n) cells: 1.5; exact: 2.0)")
+    return res
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    if sys.argv[1:2] == ["--ann-child"]:
+        n, tau, block, k, nprobe = sys.argv[2:7]
+        print(json.dumps(_ann_child(int(n), float(tau), int(block), int(k), int(nprobe))))
+    else:
+        import argparse
+
+        ap = argparse.ArgumentParser(description="dedup ANN benchmark alone (make bench runs it as dedup_ann)")
+        ap.add_argument("--scale", default="100000,1000000", help="ANN sizes, comma-separated (drop 1000000 "
+                        "when short of time)")
+        args = ap.parse_args()
+        result = bench_dedup_ann(sizes=tuple(int(x) for x in args.scale.split(",") if x))
+        for label, value, note in result.lines:
+            print(f"{label:55s} {value:>14s}  {note}")
+        print(json.dumps(result.metrics))

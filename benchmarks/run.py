@@ -37,7 +37,7 @@ RESULTS = HERE / "results" / "latest.json"
 def _benchmarks(scale: float) -> dict[str, Callable[[], BenchResult]]:
     from bench_backends import bench_openai, bench_rerun, bench_tokens, bench_vllm
     from bench_cache import bench_cache
-    from bench_dedup import bench_dedup
+    from bench_dedup import bench_dedup, bench_dedup_ann
     from bench_llm import bench_llm
     from bench_logs import bench_logs
     from bench_paper_scale import bench_paper_scale
@@ -46,14 +46,14 @@ def _benchmarks(scale: float) -> dict[str, Callable[[], BenchResult]]:
     from bench_serving import bench_serving
 
     # cheap first, so a broken model install still leaves numbers for the rest
-    return {"parsing": bench_parsing, "cache": bench_cache, "dedup": bench_dedup, "llm": bench_llm,
-            "tokens": bench_tokens, "rerun": bench_rerun, "openai": bench_openai, "vllm": bench_vllm,
+    return {"parsing": bench_parsing, "cache": bench_cache, "dedup": bench_dedup, "dedup_ann": bench_dedup_ann,
+            "llm": bench_llm, "tokens": bench_tokens, "rerun": bench_rerun, "openai": bench_openai, "vllm": bench_vllm,
             "retrieval": bench_retrieval, "logs": bench_logs, "serving": bench_serving,
             "paper_scale": lambda: bench_paper_scale(scale)}
 
 
-NAMES = ("parsing", "cache", "dedup", "llm", "tokens", "rerun", "openai", "vllm", "retrieval", "logs", "serving",
-         "paper_scale")
+NAMES = ("parsing", "cache", "dedup", "dedup_ann", "llm", "tokens", "rerun", "openai", "vllm", "retrieval", "logs",
+         "serving", "paper_scale")
 # the performance table's headline ratios (ARCHITECTURE §4 / issue 10), printed together at the end
 HEADLINES = (("P1 warm-cache rerun vs cold", "rerun", "p1_warm_vs_cold"),
              ("P2 openai concurrency 32 vs 1", "openai", "p2_concurrency_speedup"),

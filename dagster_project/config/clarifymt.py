@@ -7,6 +7,7 @@ from typing import Literal, get_args
 from pydantic import Field, model_validator
 
 from dagster_project.config.base import Strict
+from dagster_project.config.dedup import DedupSearch
 
 
 class GeneratorShare(Strict):
@@ -35,12 +36,11 @@ class ValidationConfig(Strict):
     subtype_check: bool = True
 
 
-class BenchmarkConfig(Strict):
+class BenchmarkConfig(DedupSearch):
     n_per_subtype: int = Field(2, gt=0, description="paper: 85")
     generation_temperature: float = Field(0.9, ge=0.0, le=2.0)
     simulation_temperature: float = Field(0.7, ge=0.0, le=2.0)
     dedup_tau: float = Field(0.7, gt=0.0, le=1.0)
-    dedup_block: int = Field(2048, gt=0)
     subtypes: list[str] | None = None
     personas: list[str] | None = None
     generators: list[GeneratorShare] = Field(default_factory=lambda: [GeneratorShare()], min_length=1)

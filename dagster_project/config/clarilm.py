@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from dagster_project.config.base import Strict
+from dagster_project.config.dedup import DedupSearch
 
 
 def _iso_date(value: str | None, key: str) -> None:
@@ -58,7 +59,7 @@ class TransformSplit(Strict):
         return self
 
 
-class QuestionsConfig(Strict):
+class QuestionsConfig(DedupSearch):
     """ClariLM Q^L (first questions from logs) and Q^G (persona-driven synthetic questions)."""
 
     ql_max_chars: int = Field(500, gt=0)
@@ -74,13 +75,12 @@ class QuestionsConfig(Strict):
     transform_split: TransformSplit = Field(default_factory=TransformSplit)
     generation_temperature: float = Field(0.9, ge=0.0, le=2.0)
     dedup_tau: float = Field(0.85, gt=0.0, le=1.0)
-    dedup_block: int = Field(2048, gt=0)
     max_selected: int | None = Field(None, gt=0)  # size of Q sent on to CFD/OFS (null: all of Q^L + Q^G)
     test_fraction: float = Field(0.1, ge=0.0, lt=1.0)  # held-out share of the selected questions (never trained on)
     seed: int = 0
 
 
-class FacetsConfig(Strict):
+class FacetsConfig(DedupSearch):
     """ClariLM CFD: FM-LOG (k samples per query, exact dedup), FM-LLM (brainstorm), fusion (semantic dedup)."""
 
     log_samples: int = Field(3, gt=0)
@@ -89,7 +89,6 @@ class FacetsConfig(Strict):
     log_demos: int = Field(3, ge=0)
     llm_max_facets: int = Field(4, gt=0)
     dedup_tau: float = Field(0.8, gt=0.0, le=1.0)
-    dedup_block: int = Field(2048, gt=0)
     seed: int = 0
 
 

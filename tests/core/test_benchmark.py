@@ -231,6 +231,9 @@ def test_single_turn_queries_records_source_and_sends_each_role_its_share():
     seed = out.filter(pl.col("source") == "clamber").row(0, named=True)
     assert seed["query"] == "How tall is the tower?" and seed["query_id"] == "entity-009" and seed["quality"] == 4
     assert meta["seed_items_used"] == 1 and meta["source/clamber"] == 1
+    # the metadata says how dedup found its pairs: u unique texts <= dedup_exact_max, so all u(u-1)/2 pairs exactly
+    u = out.filter(pl.col("dedup_reason").ne_missing("exact")).height
+    assert u > 1 and (meta["dedup_method"], meta["dedup_candidates"]) == ("exact", u * (u - 1) // 2)
 
 
 def test_generator_shares_must_sum_to_one_and_name_a_generator_role():

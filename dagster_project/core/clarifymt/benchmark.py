@@ -192,7 +192,7 @@ def single_turn_queries(chat: Chat, cfg: BenchmarkConfig, embed: Embed,
     ok = rows.filter(pl.col("status") == Status.OK.value)
     rated = ok.hstack(rate(chat, ok, SUBTYPE_BY_KEY))
     dd = semantic_dedup(rated["query"].to_list(), rated["quality"].fill_null(0).to_list(), embed,
-                        cfg.dedup_tau, cfg.dedup_block)
+                        cfg.dedup_tau, cfg.dedup_block, cfg.ann())
     ids = rated["query_id"]
     rated = rated.with_columns(
         kept=dd.table["kept"], dedup_reason=dd.table["dedup_reason"], similarity=dd.table["similarity"],

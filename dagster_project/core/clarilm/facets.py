@@ -18,7 +18,13 @@ import numpy as np
 import polars as pl
 from pydantic import ValidationError, WithJsonSchema
 
-from dagster_project.core.shared.dedup import Embed, normalise, semantic_dedup
+from dagster_project.core.shared.dedup import (
+    DEFAULT_ANN,
+    AnnSearch,
+    Embed,
+    normalise,
+    semantic_dedup,
+)
 from dagster_project.llm.task import (
     Chat,
     LLMTask,
@@ -137,7 +143,8 @@ def fm_llm(chat: Chat, questions: pl.DataFrame, max_facets: int, seed: int = 0) 
     return exact_dedup_per_question(pl.DataFrame(rows, schema=FACET_COLUMNS))
 
 
-def fuse(log: pl.DataFrame, llm: pl.DataFrame, embed: Embed, tau: float, block: int) -> pl.DataFrame:
+def fuse(log: pl.DataFrame, llm: pl.DataFrame, embed: Embed, tau: float, block: int,
+         ann: AnnSearch = DEFAULT_ANN) -> pl.DataFrame:
     """F(x) = dedup(F_log(x) U F_llm(x)): semantic dedup within each question over 'facet: question' texts.
 
     Log facets win ties (they are the realistic ones); a kept facet lists the origins it absorbed.
@@ -158,7 +165,7 @@ def fuse(log: pl.DataFrame, llm: pl.DataFrame, embed: Embed, tau: float, block: 
     for qid in pool["question_id"].unique(maintain_order=True):
         part = pool.filter(pl.col("question_id") == qid)
         quality = [2.0 if o == "log" else 1.0 for o in part["origin"]]
-        res = semantic_dedup(part["_text"].to_list(), quality, lookup, tau, block).table
+        res = semantic_dedup(part["_text"].to_list(), quality, lookup, tau, block, ann).table
         ids = part["facet_id"].to_list()
         part = part.with_columns(
             kept=res["kept"], similarity=res["similarity"], dedup_reason=res["dedup_reason"],

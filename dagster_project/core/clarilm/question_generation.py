@@ -14,7 +14,12 @@ import polars as pl
 from pydantic import ConfigDict, WithJsonSchema
 
 from dagster_project.config import QuestionsConfig
-from dagster_project.core.shared.dedup import Embed, semantic_dedup
+from dagster_project.core.shared.dedup import (
+    DEFAULT_ANN,
+    AnnSearch,
+    Embed,
+    semantic_dedup,
+)
 from dagster_project.io.records import InputFileError, iter_records
 from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Reply, Status, text_field
 
@@ -159,14 +164,15 @@ def transform(chat: Chat, rows: pl.DataFrame) -> pl.DataFrame:
     return rows.with_columns(**{k: pl.Series(v, dtype=pl.Utf8) for k, v in cols.items()})
 
 
-def dedup_against(qg: pl.DataFrame, ql: pl.DataFrame, embed: Embed, tau: float, block: int) -> pl.DataFrame:
+def dedup_against(qg: pl.DataFrame, ql: pl.DataFrame, embed: Embed, tau: float, block: int,
+                  ann: AnnSearch = DEFAULT_ANN) -> pl.DataFrame:
     """Dedup Q^G (rows with status ok) against itself and the kept Q^L questions, which always win:
     kept / duplicate_of (a qg_id or a Q^L question_id) / similarity / reject_reason."""
     usable = qg.filter(pl.col("status") == Status.OK)
     texts = ql["question"].to_list() + usable["question"].to_list()
     ids = ql["question_id"].to_list() + usable["qg_id"].to_list()
     quality = [2.0] * ql.height + [1.0] * usable.height  # a real log question beats a synthetic one
-    res = semantic_dedup(texts, quality, embed, tau, block).table.slice(ql.height)
+    res = semantic_dedup(texts, quality, embed, tau, block, ann).table.slice(ql.height)
     dup_ids = [ids[d] if d >= 0 else None for d in res["duplicate_of"]]
     usable = usable.with_columns(
         kept=res["kept"], duplicate_of=pl.Series(dup_ids, dtype=pl.Utf8), similarity=res["similarity"],
@@ -189,5 +195,5 @@ def seed_questions_qg(chat: Chat, ql: pl.DataFrame, personas: pl.DataFrame, cfg:
     plan = qg_plan(personas.filter(pl.col("selected")), cfg.n_personas, cfg.questions_per_persona, pool,
                    cfg.icl_demos, (split.keep, split.enrich, split.simplify), cfg.seed)
     rows = transform(chat, generate(chat, plan, cfg.generation_temperature, cfg.seed))
-    out = dedup_against(rows, kept, embed, cfg.dedup_tau, cfg.dedup_block)
+    out = dedup_against(rows, kept, embed, cfg.dedup_tau, cfg.dedup_block, cfg.ann())
     return out.with_columns(question_id=pl.col("qg_id"), source=pl.lit("generated")), len(pool)

@@ -15,7 +15,12 @@ from pydantic import ConfigDict, WithJsonSchema
 
 from dagster_project.config import QuestionsConfig
 from dagster_project.core.clarilm.logs import asks_user
-from dagster_project.core.shared.dedup import Embed, semantic_dedup
+from dagster_project.core.shared.dedup import (
+    DEFAULT_ANN,
+    AnnSearch,
+    Embed,
+    semantic_dedup,
+)
 from dagster_project.llm.task import Chat, LLMTask, Reply, Status
 
 # --------------------------------------------------------------------------- Q^L
@@ -119,12 +124,13 @@ def llm_reason(status: pl.Expr = pl.col("status")) -> pl.Expr:
 
 
 def apply_dedup(rows: pl.DataFrame, candidates: pl.Expr, text_col: str, embed: Embed, tau: float, block: int,
-                id_col: str = "question_id", quality: list[float] | None = None) -> pl.DataFrame:
+                id_col: str = "question_id", quality: list[float] | None = None,
+                ann: AnnSearch = DEFAULT_ANN) -> pl.DataFrame:
     """Exact + semantic dedup of the rows where `candidates` holds; sets kept / duplicate_of / similarity /
     reject_reason='duplicate' on the others. Rows outside `candidates` are returned unchanged (kept=False)."""
     pool = rows.filter(candidates)
     rest = rows.filter(~candidates)
-    res = semantic_dedup(pool[text_col].to_list(), quality or [1.0] * pool.height, embed, tau, block)
+    res = semantic_dedup(pool[text_col].to_list(), quality or [1.0] * pool.height, embed, tau, block, ann)
     ids = pool[id_col].to_list()
     pool = pool.with_columns(
         kept=res.table["kept"],
@@ -151,7 +157,8 @@ def seed_questions_ql(chat: Chat, raw_logs: pl.DataFrame, cfg: QuestionsConfig, 
         error=pl.lit(f"over questions.ql_max_llm_checks={limit}"))
     ruled = rows.filter(pl.col("rule_reason").is_not_null()).with_columns(reject_reason=pl.col("rule_reason"))
     allrows = pl.concat([judged, skipped, ruled], how="diagonal_relaxed")
-    out = apply_dedup(allrows, pl.col("reject_reason").is_null(), "question", embed, cfg.dedup_tau, cfg.dedup_block)
+    out = apply_dedup(allrows, pl.col("reject_reason").is_null(), "question", embed, cfg.dedup_tau, cfg.dedup_block,
+                      ann=cfg.ann())
     return out.with_columns(source=pl.lit("log")).drop("rule_reason")
 
 
