@@ -75,8 +75,8 @@ def top_percentile_cut(conv: pl.DataFrame, keep_percentile: float, require_corre
 def keep_percentile_sweep(conv: pl.DataFrame, percentiles: list[float]) -> pl.DataFrame:
     """Table 4 layout on the generated data: for each percentile, of n_total conversations the n_scored with an SDRS
     (the rest failed outside the assistant or lost their judge call), how many the cut keeps,
-    their mean SDRS and the SDRS at the cut. (The paper reports the SDRS of a model fine-tuned on each subset;
-    this pipeline does not fine-tune, so it reports the kept set itself.)"""
+    their mean SDRS and the SDRS at the cut. (The paper reports the SDRS of a model fine-tuned on each subset; that
+    model is `training/intents_tuned_p<pct>` with intents.sweep_train: true.)"""
     s = conv.filter(pl.col("sdrs").is_not_null()).sort(["sdrs", "conversation_id"], descending=[True, False])
     rows = []
     for p in percentiles:
