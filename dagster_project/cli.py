@@ -13,6 +13,7 @@ from rich.table import Table
 
 from dagster_project.config import ParamsError, load_params
 from dagster_project.config.home import dagster_home
+from dagster_project.lib.parallel import EXECUTORS, Execution, run_stage
 from dagster_project.lib.preflight import cache_problem, input_paths, input_problems, role_check
 from dagster_project.lib.runs import process_tags, sweep_orphaned_runs
 from dagster_project.lib.sqlout import SQL_FORMATS, print_frame, print_result
@@ -76,11 +77,11 @@ def group_stages(defs, group: str) -> list[tuple[object, list]]:
 
 
 def materialize_group(defs, group: str, instance, partitions: list[str] | None = None,
-                      say=lambda m: None) -> list:
-    """Materialize every asset of a group in one process: unpartitioned stages as one run each, partitioned
-    stages as one run per partition key (all keys, or only ``partitions``). Stops after the first stage
-    with a failed run. Returns the runs' results (all succeeded = the group is built); every run is
-    recorded in ``instance``, so it shows in the UI."""
+                      say=lambda m: None, execution: Execution | None = None) -> list:
+    """Materialize every asset of a group: unpartitioned stages as one run each, partitioned stages as one run
+    per partition key (all keys, or only ``partitions``), in this process, or as ``execution`` says (lib/parallel.py:
+    up to N runs at once, steps in processes or on Dask). Stops after the first stage with a failed run. Returns
+    the runs' results (all succeeded = the group is built); every run is recorded in ``instance`` (the UI)."""
     job = defs.resolve_implicit_global_asset_job_def()
     stages = group_stages(defs, group)
     if not stages:
@@ -99,7 +100,12 @@ def materialize_group(defs, group: str, instance, partitions: list[str] | None =
                 runs = [k for k in runs if k in partitions]
         plan.append((keys, runs))
     results = []
-    for keys, runs in plan:
+    for (pdef, _), (keys, runs) in zip(stages, plan):
+        if execution is not None:
+            results.extend(run_stage(execution, keys, pdef, runs, instance, say))
+            if not all(r.success for r in results):
+                break
+            continue
         names = ", ".join(k.to_user_string() for k in keys)
         for pk in runs:
             t0 = time.monotonic()
@@ -138,9 +144,20 @@ def _log_days(params: str) -> list[str]:
 @app.command()
 def materialize(group: str, params: str = typer.Option("params.yaml", help="params file"),
                 partition: list[str] = typer.Option(None, help="only these partition keys of partitioned assets, "
-                                                               "e.g. 'base|smollm2' (default: all)")) -> None:
+                                                               "e.g. 'base|smollm2' (default: all)"),
+                processes: int = typer.Option(1, min=1, help="partition runs at once (and steps at once in a run)"),
+                executor: str = typer.Option(None, help=f"{'|'.join(EXECUTORS)} (default: in_process, or "
+                                                        "multiprocess with --processes > 1, dask with --dask-address)"),
+                dask_address: str = typer.Option(None, help="Dask scheduler, e.g. tcp://10.0.0.5:8786")) -> None:
     """Materialize one asset group with Dagster (all partitions of partitioned assets), recording the runs in
     the project's DAGSTER_HOME ($DAGSTER_HOME, else <CLARIFY_HOME>/.dagster: shared by DVC experiments)."""
+    executor = executor or ("dask" if dask_address else "multiprocess" if processes > 1 else "in_process")
+    try:
+        execution = None if executor == "in_process" and processes == 1 else Execution(
+            executor, processes, str(Path(params).resolve()), dask_address)  # type: ignore[arg-type]
+    except ValueError as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(2) from None
     home = dagster_home()
     home.mkdir(parents=True, exist_ok=True)
     (home / "dagster.yaml").touch()
@@ -167,7 +184,7 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
         for run_id in sweep_orphaned_runs(instance):
             console.print(f"run {run_id}: its process is gone, marked failed", style="yellow", markup=False)
         try:
-            results = materialize_group(defs, group, instance, partition,
+            results = materialize_group(defs, group, instance, partition, execution=execution,
                                         say=lambda m: console.print(m, markup=False, highlight=False))
         except ValueError as err:
             console.print(str(err), style="red", markup=False)

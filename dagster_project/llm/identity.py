@@ -2,7 +2,8 @@
 
 A reply is served from the cache only to the same backend and model at the same endpoint (openai: the
 base URL; llamacpp and vLLM from a local path: a fingerprint of the weights), so a different server or
-model file never receives another's replies. Roles that set the same `cache_namespace` share replies
+model file never receives another's replies; a pool of servers (base_urls) is one endpoint, named by all
+its URLs. Roles that set the same `cache_namespace` share replies
 deliberately (e.g. one vLLM model behind two URLs). Never includes the API key or timeouts.
 """
 
@@ -25,7 +26,7 @@ def cache_identity(cfg: RoleConfig) -> dict[str, str]:
         return {"model": cfg.model, "namespace": cfg.cache_namespace}
     ident = {"backend": cfg.backend, "model": cfg.model}
     if cfg.backend == "openai":
-        return ident | {"endpoint": normalize_url(cfg.base_url or "")}
+        return ident | {"endpoint": " ".join(sorted({normalize_url(u) for u in cfg.endpoints}))}
     if cfg.backend == "llamacpp":
         return ident | {"model_file": _gguf_fingerprint(cfg.model)}
     local = Path(cfg.model).expanduser()
