@@ -13,7 +13,7 @@ from rich.table import Table
 
 from dagster_project.config import ParamsError, load_params
 from dagster_project.config.home import dagster_home
-from dagster_project.lib.parallel import EXECUTORS, Execution, run_stage
+from dagster_project.lib.parallel import Execution, run_stage
 from dagster_project.lib.preflight import cache_problem, input_paths, input_problems, role_check
 from dagster_project.lib.runs import process_tags, sweep_orphaned_runs
 from dagster_project.lib.sqlout import SQL_FORMATS, print_frame, print_result
@@ -145,19 +145,14 @@ def _log_days(params: str) -> list[str]:
 def materialize(group: str, params: str = typer.Option("params.yaml", help="params file"),
                 partition: list[str] = typer.Option(None, help="only these partition keys of partitioned assets, "
                                                                "e.g. 'base|smollm2' (default: all)"),
-                processes: int = typer.Option(1, min=1, help="partition runs at once (and steps at once in a run)"),
-                executor: str = typer.Option(None, help=f"{'|'.join(EXECUTORS)} (default: in_process, or "
-                                                        "multiprocess with --processes > 1, dask with --dask-address)"),
-                dask_address: str = typer.Option(None, help="Dask scheduler, e.g. tcp://10.0.0.5:8786")) -> None:
+                processes: int = typer.Option(1, min=1, help="partition runs at once, each in a process of its own "
+                                                             "(and steps at once in a run without partitions)"),
+                dask_address: str = typer.Option(None, help="run every step on this Dask cluster, e.g. "
+                                                            "tcp://10.0.0.5:8786 (workers started in this folder)")) -> None:
     """Materialize one asset group with Dagster (all partitions of partitioned assets), recording the runs in
     the project's DAGSTER_HOME ($DAGSTER_HOME, else <CLARIFY_HOME>/.dagster: shared by DVC experiments)."""
-    executor = executor or ("dask" if dask_address else "multiprocess" if processes > 1 else "in_process")
-    try:
-        execution = None if executor == "in_process" and processes == 1 else Execution(
-            executor, processes, str(Path(params).resolve()), dask_address)  # type: ignore[arg-type]
-    except ValueError as err:
-        console.print(f"[red]error:[/red] {err}")
-        raise typer.Exit(2) from None
+    parallel = processes > 1 or dask_address
+    execution = Execution(processes, str(Path(params).resolve()), dask_address) if parallel else None
     home = dagster_home()
     home.mkdir(parents=True, exist_ok=True)
     (home / "dagster.yaml").touch()

@@ -1,113 +1,134 @@
-"""Partitions in parallel: up to N partition runs at once, each run's steps out of this process, in a process of
-their own (Dagster's multiprocess executor) or on a Dask worker (dagster-dask: any machine of a Dask cluster).
+"""Runs out of this process: partitions in parallel processes, steps in Dagster's multiprocess executor or on a
+Dask cluster (dagster-dask), all sharing the LLM cache (SQLite WAL; claims keep two runs from paying for one call)
+and the DuckDB warehouse (a view update waits while another process writes it).
 
-One Dagster run materializes one partition key, so partitions run in parallel as concurrent runs: this process
-only orchestrates them (one thread per run, waiting on its step). The runs share the LLM cache (SQLite WAL; claims
-keep two runs from paying for one call) and the DuckDB warehouse (a view update waits while another process
-writes it). Every process rebuilds the definitions from the same params file, and relative paths (assets/, the
-cache) are resolved from the working directory, so a Dask worker must start in the project folder on a shared
-filesystem.
+One Dagster run materializes one partition key, and an executor only parallelizes the steps of one run, so
+partitions run in parallel as concurrent runs, each orchestrated by a worker process of a pool (as Dagster's own
+run launcher gives each run a process; two runs in threads of one process deadlock in Dagster's logging set-up).
+A stage without partitions is one run whose independent steps the executor runs side by side. Every process
+rebuilds the definitions from the same params file, and relative paths (assets/, the cache) resolve from the
+working directory: a Dask worker must start in the project folder on a filesystem every machine shares.
 """
 
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import dagster as dg
 
 from dagster_project.lib.runs import process_tags
 
-ExecutorName = Literal["in_process", "multiprocess", "dask"]
-EXECUTORS: tuple[ExecutorName, ...] = ("in_process", "multiprocess", "dask")
 # imported once by the multiprocess executor's fork server; each step process is a fork of it (no ~5 s import)
 PRELOAD = ["dagster_project.definitions"]
 
 
 @dataclass(frozen=True)
 class Execution:
-    """Where a group's runs execute: `executor` for each run's steps, up to `processes` partition runs at once,
-    every process building the definitions from `params` (an absolute path); `dask_address`: the scheduler."""
+    """Up to `processes` partition runs at once (and steps at once in a run without partitions), every process
+    building the definitions from `params` (an absolute path); with `dask_address`, every step on that cluster."""
 
-    executor: ExecutorName
     processes: int
     params: str
     dask_address: str | None = None
 
     def __post_init__(self) -> None:
-        if self.executor not in EXECUTORS:
-            raise ValueError(f"executor {self.executor!r} is not one of {list(EXECUTORS)}")
         if self.processes < 1:
             raise ValueError(f"processes must be >= 1, got {self.processes}")
-        if self.executor == "in_process" and self.processes > 1:
-            raise ValueError("in_process runs one partition at a time: use the multiprocess or dask executor "
-                             "for processes > 1")
-        if (self.executor == "dask") != bool(self.dask_address):
-            raise ValueError("the dask executor needs a scheduler address (e.g. tcp://10.0.0.5:8786), "
-                             "and only the dask executor takes one")
+        if not Path(self.params).is_absolute():
+            raise ValueError(f"params must be an absolute path (every process reads it), got {self.params!r}")
 
-    def run_config(self) -> dict[str, Any]:
-        """The `execution` run config of each run (what the Launchpad takes too)."""
-        if self.executor == "multiprocess":
-            return {"execution": {"config": {"max_concurrent": self.processes,
-                                             "start_method": {"forkserver": {"preload_modules": PRELOAD}}}}}
-        if self.executor == "dask":
+    def executor_for(self, partitioned: bool) -> str:
+        """A partition run is already a process of its own: without Dask its one step runs in it."""
+        return "dask" if self.dask_address else "in_process" if partitioned else "multiprocess"
+
+    def run_config(self, partitioned: bool) -> dict[str, Any]:
+        """A run's `execution` config (what the Launchpad takes too)."""
+        executor = self.executor_for(partitioned)
+        if executor == "dask":
             return {"execution": {"config": {"cluster": {"existing": {"address": self.dask_address}}}}}
+        if executor == "multiprocess":
+            return {"execution": {"config": {
+                "max_concurrent": self.processes, "start_method": {"forkserver": {"preload_modules": PRELOAD}}}}}
         return {}
 
-    def job(self) -> dg.ReconstructableJob:
-        """The global asset job as a pointer that another process (or machine) rebuilds: partition_job(params, executor)."""
-        return dg.build_reconstructable_job(__name__, partition_job.__name__,
-                                            reconstructable_args=(self.params, self.executor),
-                                            reconstructor_working_directory=str(Path.cwd()))
+    def job(self, keys: Sequence[dg.AssetKey], partitioned: bool) -> dg.ReconstructableJob:
+        """A job of ``keys`` as a pointer another process (or machine) rebuilds: stage_job(params, keys, executor)."""
+        return dg.build_reconstructable_job(__name__, stage_job.__name__, reconstructable_args=(
+            self.params, tuple(k.to_user_string() for k in keys), self.executor_for(partitioned)))
 
 
 @functools.cache
-def partition_job(params: str, executor: ExecutorName) -> dg.JobDefinition:
-    """The project's global asset job built from `params`, with `executor` (module scope: Dagster calls this again
-    in every step process and on every Dask worker, so all of them run the same definitions)."""
+def stage_job(params: str, keys: tuple[str, ...], executor: str) -> dg.JobDefinition:
+    """A job of the assets ``keys`` (one stage: one partitions definition) built from ``params``, run by
+    ``executor``. Module scope: Dagster calls it again in every step process and on every Dask worker, so all of
+    them run the same code."""
     from dagster_project.config import load_params
     from dagster_project.definitions import build_definitions
 
-    job = build_definitions(load_params(params)).resolve_implicit_global_asset_job_def()
-    return job.with_executor_def(_executor_def(executor))
+    job = dg.define_asset_job(f"clarify_{executor}", selection=[dg.AssetKey.from_user_string(k) for k in keys],
+                              executor_def=_executor_def(executor))
+    return dg.Definitions.merge(build_definitions(load_params(params)), dg.Definitions(jobs=[job])).resolve_job_def(
+        job.name)
 
 
-def _executor_def(name: ExecutorName) -> dg.ExecutorDefinition:
+def _executor_def(name: str) -> dg.ExecutorDefinition:
     if name == "dask":
-        from dagster_dask import dask_executor  # optional: only a Dask run needs it
+        from dagster_dask import dask_executor  # only a Dask run needs the package
 
         return dask_executor
     return dg.multiprocess_executor if name == "multiprocess" else dg.in_process_executor
 
 
+@dataclass(frozen=True)
+class RunOutcome:
+    """What the caller needs of a run executed in another process."""
+
+    run_id: str
+    partition: str | None
+    success: bool
+
+
+def _execute(execution: Execution, keys: Sequence[dg.AssetKey], partition: str | None, tags: dict[str, str],
+             instance_ref: Any) -> RunOutcome:
+    """One run in this (worker) process, recorded in the caller's instance."""
+    with dg.DagsterInstance.from_ref(instance_ref) as instance:
+        partitioned = partition is not None
+        result = dg.execute_job(execution.job(keys, partitioned), instance, tags={**process_tags(), **tags},
+                                run_config=execution.run_config(partitioned))
+        return RunOutcome(result.run_id, partition, result.success)
+
+
 def run_stage(execution: Execution, keys: Sequence[dg.AssetKey], pdef: dg.PartitionsDefinition | None,
               partitions: Sequence[str | None], instance: dg.DagsterInstance,
-              say: Callable[[str], None] = lambda m: None) -> list[dg.ExecutionResult]:
-    """One run of ``keys`` per partition key of ``pdef`` (None: an unpartitioned stage, one run), up to
-    execution.processes at once; the results in the order of ``partitions``. A failed run stops no other."""
-    job, names = execution.job(), ", ".join(k.to_user_string() for k in keys)
+              say: Callable[[str], None] = lambda m: None) -> list[RunOutcome]:
+    """One run of ``keys`` per partition key of ``pdef`` (None: a stage without partitions, one run here), up to
+    execution.processes at once in worker processes; outcomes in the order of ``partitions``. A failed run stops
+    no other."""
+    names = ", ".join(k.to_user_string() for k in keys)
+    t0 = time.monotonic()
 
-    def run(pk: str | None) -> dg.ExecutionResult:
-        t0 = time.monotonic()
-        tags = {**process_tags(), **(pdef.get_tags_for_partition_key(pk) if pk is not None and pdef else {})}
-        result = dg.execute_job(job, instance, run_config=execution.run_config(), tags=tags,
-                                asset_selection=list(keys))
-        say(f"{names}{f' [{pk}]' if pk else ''}: {'ok' if result.success else 'FAILED'} "
-            f"({time.monotonic() - t0:.1f}s, {execution.executor})")
-        return result
+    def told(out: RunOutcome) -> RunOutcome:
+        say(f"{names}{f' [{out.partition}]' if out.partition else ''}: {'ok' if out.success else 'FAILED'} "
+            f"({time.monotonic() - t0:.1f}s into the stage, {execution.executor_for(out.partition is not None)})")
+        return out
 
-    with ThreadPoolExecutor(max_workers=min(execution.processes, len(partitions)),
-                            thread_name_prefix="partition-run") as pool:
-        futures = [pool.submit(run, pk) for pk in partitions]
+    if pdef is None or partitions == [None]:
+        return [told(_execute(execution, keys, None, {}, instance.get_ref()))]
+    # spawn: a worker starts with this process' working directory and environment (DAGSTER_HOME, CLARIFY_HOME)
+    with ProcessPoolExecutor(max_workers=min(execution.processes, len(partitions)),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_execute, execution, keys, str(pk), dict(pdef.get_tags_for_partition_key(pk)),
+                               instance.get_ref()) for pk in partitions]
         try:
-            return [f.result() for f in futures]
-        except BaseException:  # Ctrl-C: start no further runs (the step processes get the signal themselves)
+            return [told(f.result()) for f in futures]
+        except BaseException:  # Ctrl-C or a broken worker: start no further runs
             for f in futures:
                 f.cancel()
             raise
