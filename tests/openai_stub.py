@@ -2,6 +2,9 @@
 over HTTP). Replies follow the evaluation protocol: the first user turn is asked back, later turns answered.
 
     with running_stub() as stub: ... stub.url (".../v1"), stub.requests (bodies received) ...
+
+A rendezvous (a set of model names) holds every reply until requests for all of those models have arrived: two
+runs that ask for different models only both finish quickly if they run at the same time (`met` says they did).
 """
 
 from __future__ import annotations
@@ -25,7 +28,11 @@ from starlette.routing import Route
 class Stub:
     url: str = ""
     delay_s: float = 0.0
+    rendezvous: frozenset[str] = frozenset()
+    wait_s: float = 120.0
     requests: list[dict] = field(default_factory=list)
+    met: bool | None = None  # None: no rendezvous asked for; False: a reply gave up waiting
+    _all_here: asyncio.Event | None = None
 
     def reply(self, body: dict) -> str:
         users = sum(1 for m in body["messages"] if m["role"] == "user")
@@ -34,6 +41,8 @@ class Stub:
     async def completions(self, request: Request) -> JSONResponse:
         body = await request.json()
         self.requests.append(body)
+        if self.rendezvous:
+            await self._meet()
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         n = body.get("n") or 1
@@ -44,14 +53,24 @@ class Stub:
                         for i in range(n)],
             "usage": {"prompt_tokens": 5, "completion_tokens": 4 * n, "total_tokens": 5 + 4 * n}})
 
+    async def _meet(self) -> None:
+        self._all_here = self._all_here or asyncio.Event()
+        if self.rendezvous <= {r["model"] for r in self.requests}:
+            self._all_here.set()
+        try:
+            await asyncio.wait_for(self._all_here.wait(), self.wait_s)
+            self.met = self.met is not False
+        except TimeoutError:
+            self.met = False
+
     async def models(self, request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [{"id": "stub", "object": "model"}]})
 
 
 @contextmanager
-def running_stub(delay_s: float = 0.0) -> Iterator[Stub]:
+def running_stub(delay_s: float = 0.0, rendezvous: frozenset[str] = frozenset()) -> Iterator[Stub]:
     """A Stub served by uvicorn in a daemon thread on a free loopback port, stopped on exit."""
-    stub = Stub(delay_s=delay_s)
+    stub = Stub(delay_s=delay_s, rendezvous=rendezvous)
     app = Starlette(routes=[Route("/v1/chat/completions", stub.completions, methods=["POST"]),
                             Route("/v1/models", stub.models)])
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -13,6 +13,7 @@ working directory: a Dask worker must start in the project folder on a filesyste
 from __future__ import annotations
 
 import functools
+import hashlib
 import multiprocessing
 import time
 from collections.abc import Callable, Sequence
@@ -58,24 +59,32 @@ class Execution:
                 "max_concurrent": self.processes, "start_method": {"forkserver": {"preload_modules": PRELOAD}}}}}
         return {}
 
-    def job(self, keys: Sequence[dg.AssetKey], partitioned: bool) -> dg.ReconstructableJob:
-        """A job of ``keys`` as a pointer another process (or machine) rebuilds: stage_job(params, keys, executor)."""
+    def job(self, keys: Sequence[dg.AssetKey], partition: str | None) -> dg.ReconstructableJob:
+        """A job of ``keys`` as a pointer another process (or machine) rebuilds: stage_job(params, keys, executor,
+        label). A partition's job has a name of its own: dagster-dask names a step's Dask task after job and step,
+        and Dask would run two concurrent partitions' tasks of one name once."""
+        label = hashlib.sha1(partition.encode()).hexdigest()[:12] if partition is not None else ""
         return dg.build_reconstructable_job(__name__, stage_job.__name__, reconstructable_args=(
-            self.params, tuple(k.to_user_string() for k in keys), self.executor_for(partitioned)))
+            self.params, tuple(k.to_user_string() for k in keys), self.executor_for(partition is not None), label))
 
 
 @functools.cache
-def stage_job(params: str, keys: tuple[str, ...], executor: str) -> dg.JobDefinition:
+def stage_job(params: str, keys: tuple[str, ...], executor: str, label: str = "") -> dg.JobDefinition:
     """A job of the assets ``keys`` (one stage: one partitions definition) built from ``params``, run by
-    ``executor``. Module scope: Dagster calls it again in every step process and on every Dask worker, so all of
-    them run the same code."""
+    ``executor``, named clarify_<executor>[_<label>]. Module scope: Dagster calls it again in every step process
+    and on every Dask worker, so all of them run the same code."""
+    name = f"clarify_{executor}{f'_{label}' if label else ''}"
+    job = dg.define_asset_job(name, selection=[dg.AssetKey.from_user_string(k) for k in keys],
+                              executor_def=_executor_def(executor))
+    return dg.Definitions.merge(_definitions(params), dg.Definitions(jobs=[job])).resolve_job_def(name)
+
+
+@functools.cache
+def _definitions(params: str) -> dg.Definitions:
     from dagster_project.config import load_params
     from dagster_project.definitions import build_definitions
 
-    job = dg.define_asset_job(f"clarify_{executor}", selection=[dg.AssetKey.from_user_string(k) for k in keys],
-                              executor_def=_executor_def(executor))
-    return dg.Definitions.merge(build_definitions(load_params(params)), dg.Definitions(jobs=[job])).resolve_job_def(
-        job.name)
+    return build_definitions(load_params(params))
 
 
 def _executor_def(name: str) -> dg.ExecutorDefinition:
@@ -99,9 +108,8 @@ def _execute(execution: Execution, keys: Sequence[dg.AssetKey], partition: str |
              instance_ref: Any) -> RunOutcome:
     """One run in this (worker) process, recorded in the caller's instance."""
     with dg.DagsterInstance.from_ref(instance_ref) as instance:
-        partitioned = partition is not None
-        result = dg.execute_job(execution.job(keys, partitioned), instance, tags={**process_tags(), **tags},
-                                run_config=execution.run_config(partitioned))
+        result = dg.execute_job(execution.job(keys, partition), instance, tags={**process_tags(), **tags},
+                                run_config=execution.run_config(partition is not None))
         return RunOutcome(result.run_id, partition, result.success)
 
 
