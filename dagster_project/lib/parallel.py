@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import multiprocessing
+import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -26,7 +27,8 @@ import dagster as dg
 
 from dagster_project.lib.runs import process_tags
 
-# imported once by the multiprocess executor's fork server; each step process is a fork of it (no ~5 s import)
+# imported once by the fork server (Python's: one per process); every worker and step process is a fork of it,
+# so none pays the ~5 s CPU of importing the project again
 PRELOAD = ["dagster_project.definitions"]
 
 
@@ -105,8 +107,12 @@ class RunOutcome:
 
 
 def _execute(execution: Execution, keys: Sequence[dg.AssetKey], partition: str | None, tags: dict[str, str],
-             instance_ref: Any) -> RunOutcome:
-    """One run in this (worker) process, recorded in the caller's instance."""
+             instance_ref: Any, env: dict[str, str] | None = None) -> RunOutcome:
+    """One run in this process, recorded in the caller's instance; a worker first takes the caller's environment
+    (a fork server's is the one it started with)."""
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
     with dg.DagsterInstance.from_ref(instance_ref) as instance:
         result = dg.execute_job(execution.job(keys, partition), instance, tags={**process_tags(), **tags},
                                 run_config=execution.run_config(partition is not None))
@@ -129,11 +135,12 @@ def run_stage(execution: Execution, keys: Sequence[dg.AssetKey], pdef: dg.Partit
 
     if pdef is None or partitions == [None]:
         return [told(_execute(execution, keys, None, {}, instance.get_ref()))]
-    # spawn: a worker starts with this process' working directory and environment (DAGSTER_HOME, CLARIFY_HOME)
-    with ProcessPoolExecutor(max_workers=min(execution.processes, len(partitions)),
-                             mp_context=multiprocessing.get_context("spawn")) as pool:
+    # workers fork from the fork server that imported the project once; each starts in this working directory
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    with ProcessPoolExecutor(max_workers=min(execution.processes, len(partitions)), mp_context=context) as pool:
         futures = [pool.submit(_execute, execution, keys, str(pk), dict(pdef.get_tags_for_partition_key(pk)),
-                               instance.get_ref()) for pk in partitions]
+                               instance.get_ref(), dict(os.environ)) for pk in partitions]
         try:
             return [told(f.result()) for f in futures]
         except BaseException:  # Ctrl-C or a broken worker: start no further runs
