@@ -38,20 +38,22 @@ def _benchmarks() -> dict[str, Callable[[], BenchResult]]:
     from bench_cache import bench_cache
     from bench_dedup import bench_dedup
     from bench_llm import bench_llm
+    from bench_parallel import bench_parallel
     from bench_parsing import bench_parsing
     from bench_retrieval import bench_retrieval
 
     # cheap first, so a broken model install still leaves numbers for the rest
     return {"parsing": bench_parsing, "cache": bench_cache, "dedup": bench_dedup, "llm": bench_llm,
             "tokens": bench_tokens, "rerun": bench_rerun, "openai": bench_openai, "vllm": bench_vllm,
-            "retrieval": bench_retrieval}
+            "retrieval": bench_retrieval, "parallel": bench_parallel}
 
 
-NAMES = ("parsing", "cache", "dedup", "llm", "tokens", "rerun", "openai", "vllm", "retrieval")
+NAMES = ("parsing", "cache", "dedup", "llm", "tokens", "rerun", "openai", "vllm", "retrieval", "parallel")
 # the performance table's headline ratios (ARCHITECTURE §4 / issue 10), printed together at the end
 HEADLINES = (("P1 warm-cache rerun vs cold", "rerun", "p1_warm_vs_cold"),
              ("P2 openai concurrency 32 vs 1", "openai", "p2_concurrency_speedup"),
              ("P3 vLLM batched vs one call each", "vllm", "p3_batched_vs_sequential"),
+             ("partitions: 4 processes vs 1", "parallel", "parallel_speedup"),
              ("llama.cpp tokens/s, 2 threads", "tokens", "llamacpp_tok_s"))
 
 
