@@ -161,6 +161,9 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
     except ParamsError as err:
         console.print(f"[red]{err}[/red]")
         raise typer.Exit(2) from None
+    if execution and (local := [n for n, c in _role_items(p) if c.backend == "llamacpp"]):
+        console.print(f"note: {', '.join(local)} run the embedded llama.cpp model: every process loads its own, "
+                      "and they share the CPU cores", style="yellow", markup=False, highlight=False)
     missing = [*input_problems(p, group), *filter(None, [cache_problem(p.llm.cache_path)])]
     for line in missing:  # before Dagster starts: one line per problem, naming the params key
         console.print(line, style="red", markup=False, highlight=False)
