@@ -18,7 +18,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,7 +142,9 @@ def run_stage(execution: Execution, keys: Sequence[dg.AssetKey], pdef: dg.Partit
         futures = [pool.submit(_execute, execution, keys, str(pk), dict(pdef.get_tags_for_partition_key(pk)),
                                instance.get_ref(), dict(os.environ)) for pk in partitions]
         try:
-            return [told(f.result()) for f in futures]
+            for done in as_completed(futures):  # told as each ends
+                told(done.result())
+            return [f.result() for f in futures]
         except BaseException:  # Ctrl-C or a broken worker: start no further runs
             for f in futures:
                 f.cancel()
