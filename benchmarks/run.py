@@ -41,6 +41,7 @@ def _benchmarks(scale: float) -> dict[str, Callable[[], BenchResult]]:
     from bench_llm import bench_llm
     from bench_logs import bench_logs
     from bench_paper_scale import bench_paper_scale
+    from bench_parallel import bench_parallel
     from bench_parsing import bench_parsing
     from bench_retrieval import bench_retrieval
     from bench_serving import bench_serving
@@ -49,15 +50,16 @@ def _benchmarks(scale: float) -> dict[str, Callable[[], BenchResult]]:
     return {"parsing": bench_parsing, "cache": bench_cache, "dedup": bench_dedup, "dedup_ann": bench_dedup_ann,
             "llm": bench_llm, "tokens": bench_tokens, "rerun": bench_rerun, "openai": bench_openai, "vllm": bench_vllm,
             "retrieval": bench_retrieval, "logs": bench_logs, "serving": bench_serving,
-            "paper_scale": lambda: bench_paper_scale(scale)}
+            "paper_scale": lambda: bench_paper_scale(scale), "parallel": bench_parallel}
 
 
 NAMES = ("parsing", "cache", "dedup", "dedup_ann", "llm", "tokens", "rerun", "openai", "vllm", "retrieval", "logs",
-         "serving", "paper_scale")
+         "serving", "paper_scale", "parallel")
 # the performance table's headline ratios (ARCHITECTURE §4 / issue 10), printed together at the end
 HEADLINES = (("P1 warm-cache rerun vs cold", "rerun", "p1_warm_vs_cold"),
              ("P2 openai concurrency 32 vs 1", "openai", "p2_concurrency_speedup"),
              ("P3 vLLM batched vs one call each", "vllm", "p3_batched_vs_sequential"),
+             ("partitions: 4 processes vs 1", "parallel", "parallel_speedup"),
              ("llama.cpp tokens/s, 2 threads", "tokens", "llamacpp_tok_s"),
              ("paper scale: ms per LLM call", "paper_scale", "overhead_ms_per_call"),
              ("paper scale: warm rerun s", "paper_scale", "warm_rerun_s"),

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from dagster_project.config import ParamsError, load_params
 from dagster_project.config.home import dagster_home
+from dagster_project.lib.parallel import Execution, run_stage
 from dagster_project.lib.preflight import cache_problem, input_paths, input_problems, role_check
 from dagster_project.lib.runs import (
     ensure_dagster_yaml,
@@ -105,13 +106,15 @@ def _stage_runs(graph, pdef, keys: list, partitions: list[str] | None, instance)
 
 
 def materialize_group(defs, group: str, instance, partitions: list[str] | None = None,
-                      say=lambda m: None, tags: dict[str, str] | None = None, log_level: str = "info") -> list:
-    """Materialize every asset of a group in one process: unpartitioned stages as one run each, partitioned
-    stages as one run per partition key (all keys, or only ``partitions``), or one run per range of keys where
-    the assets have a single-run backfill policy. Stops after the first stage with a failed run. Returns the
-    runs' results (all succeeded = the group is built); every run is recorded in ``instance``, so it shows in
-    the UI, with ``tags`` beside the process tags. Dagster's console logger prints events at ``log_level`` and
-    above (its default, debug, prints every engine event); the instance's event log keeps them all."""
+                      say=lambda m: None, tags: dict[str, str] | None = None, log_level: str = "info",
+                      execution: Execution | None = None) -> list:
+    """Materialize every asset of a group: unpartitioned stages as one run each, partitioned stages as one run per
+    partition key (all keys, or only ``partitions``), or one run per range of keys where the assets have a
+    single-run backfill policy; in this process, or as ``execution`` says (lib/parallel.py: up to N runs at once,
+    steps in processes or on Dask). Stops after the first stage with a failed run. Returns the runs' results (all
+    succeeded = the group is built); every run is recorded in ``instance`` (the UI), with ``tags`` beside the
+    process tags. Dagster's console logger prints events at ``log_level`` and above (its default, debug, prints
+    every engine event); the instance's event log keeps them all."""
     from dagster_project.defs.logs.partitions import RANGE_END_TAG, RANGE_START_TAG
 
     job = defs.resolve_implicit_global_asset_job_def()
@@ -124,7 +127,12 @@ def materialize_group(defs, group: str, instance, partitions: list[str] | None =
     plan = [(keys, _stage_runs(graph, pdef, keys, partitions, instance)) for pdef, keys in stages]
     run_config = {"loggers": {"console": {"config": {"log_level": log_level.upper()}}}}
     results = []
-    for keys, runs in plan:
+    for (pdef, _), (keys, runs) in zip(stages, plan):
+        if execution is not None and not any(run_tags for _, run_tags in runs):  # ranges (logs) run here
+            results.extend(run_stage(execution, keys, pdef, [pk for pk, _ in runs], instance, say, tags))
+            if not all(r.success for r in results):
+                break
+            continue
         names = ", ".join(k.to_user_string() for k in keys)
         for pk, run_tags in runs:
             t0 = time.monotonic()
@@ -187,13 +195,19 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
                 partition: list[str] = typer.Option(None, help="only these partition keys of partitioned assets, "
                                                                "e.g. 'base|smollm2' (default: all)"),
                 log_level: str = typer.Option("info", help=f"Dagster events printed: {'|'.join(LOG_LEVELS)} "
-                                                           "(the UI's run log keeps every event)")) -> None:
+                                                           "(the UI's run log keeps every event)"),
+                processes: int = typer.Option(1, min=1, help="partition runs at once, each in a process of its own "
+                                                             "(and steps at once in a run without partitions)"),
+                dask_address: str = typer.Option(None, help="run every step on this Dask cluster, e.g. "
+                                                            "tcp://10.0.0.5:8786 (workers started in this folder)")) -> None:
     """Materialize one asset group with Dagster (all partitions of partitioned assets), recording the runs in
     the project's DAGSTER_HOME ($DAGSTER_HOME, else <CLARIFY_HOME>/.dagster: shared by DVC experiments), tagged
     with their provenance (group, DVC stage, git commit, params hash)."""
     if log_level.lower() not in LOG_LEVELS:
         console.print(f"[red]error:[/red] --log-level must be one of {', '.join(LOG_LEVELS)}")
         raise typer.Exit(2)
+    parallel = processes > 1 or dask_address
+    execution = Execution(processes, str(Path(params).resolve()), dask_address) if parallel else None
     home = dagster_home()
     ensure_dagster_yaml(home)
     try:
@@ -201,6 +215,9 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
     except ParamsError as err:
         console.print(f"[red]{err}[/red]")
         raise typer.Exit(2) from None
+    if execution and (local := [n for n, c in _role_items(p) if c.backend == "llamacpp"]):
+        console.print(f"note: {', '.join(local)} run the embedded llama.cpp model: every process loads its own, "
+                      "and they share the CPU cores", style="yellow", markup=False, highlight=False)
     missing = [*input_problems(p, group), *filter(None, [cache_problem(p.llm.cache_path)])]
     for line in missing:  # before Dagster starts: one line per problem, naming the params key
         console.print(line, style="red", markup=False, highlight=False)
@@ -221,7 +238,7 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
             console.print(f"run {run_id}: its process is gone, marked failed", style="yellow", markup=False)
         _sync_log_days(instance, group, discovered, whole_group)
         try:
-            results = materialize_group(defs, group, instance, partition,
+            results = materialize_group(defs, group, instance, partition, execution=execution,
                                         say=lambda m: console.print(m, markup=False, highlight=False),
                                         tags=provenance_tags(group, p), log_level=log_level.lower())
         except ValueError as err:

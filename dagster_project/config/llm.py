@@ -16,6 +16,10 @@ class RoleConfig(Strict):
     backend: Literal["llamacpp", "openai", "vllm", "transformers"] = "llamacpp"
     model: str = "smollm2-135m-instruct"
     base_url: str | None = None
+    # openai backend: a pool of servers of the same model (vLLM on several GPUs), used round-robin per request
+    # (a retried request goes to the next server); instead of base_url. Cache keys name the whole pool, so set
+    # cache_namespace to keep them when the pool grows or shrinks.
+    base_urls: list[str] = Field(default_factory=list)
     api_key_env: str | None = None
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -40,12 +44,19 @@ class RoleConfig(Strict):
 
     @model_validator(mode="after")
     def _openai_needs_endpoint(self) -> RoleConfig:
-        if self.backend == "openai" and not self.base_url:
-            raise ValueError("backend 'openai' needs base_url (e.g. https://api.openai.com/v1)")
+        if self.base_url and self.base_urls:
+            raise ValueError("set base_url (one server) or base_urls (a pool), not both")
+        if self.backend == "openai" and not self.endpoints:
+            raise ValueError("backend 'openai' needs base_url (e.g. https://api.openai.com/v1) or base_urls")
         if self.model.startswith("training/") and self.backend != "transformers":
             raise ValueError(f"model {self.model!r} (a trained model) needs backend 'transformers', "
                              f"got {self.backend!r}")
         return self
+
+    @property
+    def endpoints(self) -> list[str]:
+        """The servers behind this role: base_urls, or [base_url], or none (a local backend)."""
+        return list(self.base_urls) or ([self.base_url] if self.base_url else [])
 
 
 

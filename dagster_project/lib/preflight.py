@@ -110,13 +110,22 @@ def role_check(cfg: RoleConfig, timeout_s: float) -> tuple[str, str | None]:
         if not os.environ.get(cfg.api_key_env):
             return "no key", f"environment variable {cfg.api_key_env} (api_key_env) is not set"
         headers["Authorization"] = f"Bearer {os.environ[cfg.api_key_env]}"
-    url = (cfg.base_url or "").rstrip("/") + "/models"
+    probes = [_probe(base, headers, timeout_s) for base in cfg.endpoints]
+    if len(probes) == 1:
+        return probes[0]
+    problems = [problem for _, problem in probes if problem]  # a pool: every server must answer
+    return f"pool of {len(probes)}: {len(probes) - len(problems)} reachable", "; ".join(problems) or None
+
+
+def _probe(base: str, headers: dict[str, str], timeout_s: float) -> tuple[str, str | None]:
+    """GET <base>/models: (what was found, problem or None)."""
+    url = base.rstrip("/") + "/models"
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout_s) as r:
             return f"reachable (GET /models: HTTP {r.status})", None
     except urllib.error.HTTPError as err:
-        problem = f"{cfg.base_url} refuses the key (HTTP {err.code})" if err.code in (401, 403) else None
+        problem = f"{base} refuses the key (HTTP {err.code})" if err.code in (401, 403) else None
         return f"answers HTTP {err.code} on GET /models", problem
     except (OSError, ValueError) as err:
         reason = getattr(err, "reason", None) or err
-        return "unreachable", f"{cfg.base_url} unreachable within {timeout_s:g} s ({type(reason).__name__}: {str(reason)[:80]})"
+        return "unreachable", f"{base} unreachable within {timeout_s:g} s ({type(reason).__name__}: {str(reason)[:80]})"

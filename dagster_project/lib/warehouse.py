@@ -14,7 +14,12 @@ import dagster as dg
 import duckdb
 import polars as pl
 import pyarrow.parquet as pq
-from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
+from tenacity import (
+    retry,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_random_exponential,
+)
 
 from dagster_project.io.writers import atomic_path, write_parquet_atomic
 from dagster_project.lib.catalog import PREVIEW_MAX_ROWS, table_metadata
@@ -153,8 +158,10 @@ def open_writable(db_path: str | Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
+# another process holds the file for the few milliseconds of its own update (partition runs in parallel): retry
+# soon, with jitter so the waiters do not collide again in step
 @retry(retry=retry_if_exception_type(duckdb.IOException), stop=stop_after_delay(60),
-       wait=wait_exponential(max=2), reraise=True)
+       wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
 def register_views(db_path: str | Path, views: dict[str, Path]) -> None:
     """CREATE OR REPLACE VIEW schema.name over each Parquet path, stored absolute so any client opens the file
     from any working directory (after moving the project, `clarify views` records the new paths).
@@ -215,7 +222,7 @@ def prune_stale(group: str, since: float, base: str | Path = ASSETS_DIR, db_path
 
 
 @retry(retry=retry_if_exception_type(duckdb.IOException), stop=stop_after_delay(60),
-       wait=wait_exponential(max=2), reraise=True)
+       wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
 def _drop_orphan_views(db_path: str | Path, group: str, base: str | Path) -> None:
     """Drop the views of ``group`` whose Parquet file or partition folder is gone."""
     with open_writable(db_path) as con:

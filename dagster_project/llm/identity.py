@@ -1,9 +1,9 @@
 """Who answers a role, for the cache key: backend + model + endpoint (URL) or model-file fingerprint.
 
 A reply is served from the cache only to the same backend and model at the same endpoint (openai: the
-base URL; llamacpp and vLLM from a local path: a fingerprint of the weights; transformers: the weights and every
-LoRA adapter applied to them), so a different server, model file or retrained adapter never receives another's
-replies. Roles that set the same `cache_namespace` share replies
+base URL, or all URLs of a pool (base_urls), one endpoint; llamacpp and vLLM from a local path: a fingerprint of the
+weights; transformers: the weights and every LoRA adapter applied to them), so a different server, model file or
+retrained adapter never receives another's replies. Roles that set the same `cache_namespace` share replies
 deliberately (e.g. one vLLM model behind two URLs). Never includes the API key or timeouts.
 """
 
@@ -27,7 +27,7 @@ def cache_identity(cfg: RoleConfig) -> dict[str, str]:
         return {"model": cfg.model, "namespace": cfg.cache_namespace}
     ident = {"backend": cfg.backend, "model": cfg.model}
     if cfg.backend == "openai":
-        return ident | {"endpoint": normalize_url(cfg.base_url or "")}
+        return ident | {"endpoint": " ".join(sorted({normalize_url(u) for u in cfg.endpoints}))}
     if cfg.backend == "llamacpp":
         return ident | {"model_file": _gguf_fingerprint(cfg.model)}
     if cfg.backend == "transformers":

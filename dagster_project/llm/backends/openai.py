@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import time
 from collections.abc import Callable
@@ -65,6 +66,8 @@ class OpenAIBackend:
     bodies, replies without choices) are retried up to max_retries times with exponential backoff + jitter;
     anything else, or a transient failure that outlives its retries, becomes that job's error.
     Servers that ignore `n` (llama.cpp's) are asked again for the missing samples, each with its own seed.
+    A pool (base_urls) is used round-robin, one server per job, each retry on the next server; `concurrency`
+    bounds the whole pool.
     """
 
     def __init__(self, cfg: RoleConfig):
@@ -77,6 +80,7 @@ class OpenAIBackend:
         self.chunk_size = cfg.concurrency * 4
         self.retries = 0  # transient failures retried so far (all jobs, all calls)
         self.backoff_initial_s, self.backoff_max_s = 1.0, 30.0
+        self._turn = itertools.count()  # round-robin over the role's servers, one step per job
 
     def generate(self, jobs: list[Job]) -> list[JobOutput]:
         outs: list[JobOutput] = [JobOutput() for _ in jobs]
@@ -90,20 +94,21 @@ class OpenAIBackend:
     async def _all(self, jobs: list[Job], on_done: Callable[[int, JobOutput], None]) -> None:
         from openai import AsyncOpenAI
 
-        client = AsyncOpenAI(base_url=self.cfg.base_url, api_key=self._key, timeout=self.cfg.timeout_s,
-                             max_retries=0)
+        clients = [AsyncOpenAI(base_url=url, api_key=self._key, timeout=self.cfg.timeout_s, max_retries=0)
+                   for url in self.cfg.endpoints]
         sem = asyncio.Semaphore(self.cfg.concurrency)
 
         async def run(i: int, job: Job) -> None:
             t = time.monotonic()
-            out = await self._one(client, sem, job)
+            out = await self._one(clients, sem, job)
             out.latency_s = time.monotonic() - t
             on_done(i, out)
 
         try:
             await asyncio.gather(*(run(i, j) for i, j in enumerate(jobs)))
         finally:
-            await client.close()
+            for client in clients:
+                await client.close()
 
     def _wait(self, state: Any) -> float:
         from tenacity import wait_exponential_jitter
@@ -115,7 +120,7 @@ class OpenAIBackend:
     def _count_retry(self, state: Any) -> None:
         self.retries += 1
 
-    async def _one(self, client: Any, sem: asyncio.Semaphore, job: Job) -> JobOutput:
+    async def _one(self, clients: list[Any], sem: asyncio.Semaphore, job: Job) -> JobOutput:
         from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
         kwargs: dict[str, Any] = {
@@ -128,6 +133,7 @@ class OpenAIBackend:
             kwargs["response_format"] = {"type": "json_schema",
                                          "json_schema": {"name": "reply", "schema": job.json_schema}}
         out = JobOutput()
+        servers = itertools.count(next(self._turn))  # this job's server, then the next one for each retry
         try:
             while len(out.texts) < len(job.sample_indices):
                 kwargs["n"] = len(job.sample_indices) - len(out.texts)
@@ -140,6 +146,7 @@ class OpenAIBackend:
                         async with sem:
                             # the raw JSON: the client's typed request transform and response models cost
                             # ~1-3 ms of CPU per call (profiled at paper scale), more than the rest of the layer
+                            client = clients[next(servers) % len(clients)]
                             r = await client.post("/chat/completions", body=kwargs, cast_to=object)
                         choices = _choices(r)
                 for c in choices[: kwargs["n"]]:
