@@ -106,6 +106,10 @@ def loss_callback(name: str, curve: list[dict[str, Any]]):
     return LossLog()
 
 
+class NoUsableRows(Exception):
+    """The trainer's own preprocessing left no example (e.g. every row longer than max_length)."""
+
+
 def _train(job: LMJob, cfg: TrainingConfig, base: str, device: str, dtype: str, out: Path,
            curve: list[dict[str, Any]]) -> dict[str, Any]:
     """Train into `out` (adapter/, init_adapter/, model/); returns the trainer's numbers."""
@@ -134,6 +138,11 @@ def _train(job: LMJob, cfg: TrainingConfig, base: str, device: str, dtype: str, 
         trainer = SFTTrainer(args=SFTConfig(output_dir=str(out / "trainer"), **args), **common)
     else:  # no ref_model: with a peft model DPOTrainer uses the adapter switched off as the reference
         trainer = DPOTrainer(args=DPOConfig(output_dir=str(out / "trainer"), **args), **common)
+    if len(trainer.train_dataset) == 0:
+        s = cfg.sft if job.kind == "sft" else cfg.dpo
+        raise NoUsableRows(f"{job.data_asset}: the {job.kind.upper()} trainer's preprocessing kept none of its "
+                           f"{len(job.rows)} rows (each longer than training.{job.kind}.max_length={s.max_length} "
+                           "tokens?): no model folder written")
     t0 = time.monotonic()
     result = trainer.train()
     train_s = time.monotonic() - t0
@@ -181,19 +190,23 @@ def train_lm(job: LMJob, cfg: TrainingConfig, root: Path) -> dict[str, Any]:
           f"{dtype})", flush=True)
     t0 = time.monotonic()
     curve: list[dict[str, Any]] = []
-    with building(folder) as tmp:
-        stats = _train(job, cfg, base, device, dtype, tmp, curve)
-        meta = {"name": job.name, "kind": job.kind, "base_model": base, "base_fingerprint": fingerprint,
-                "config": config | {"base_fingerprint": fingerprint},
-                "data": {"asset": job.data_asset, "rows": len(job.rows), "sha256": sha},
-                "init_adapter": INIT_ADAPTER if job.init_adapter else None,
-                "init_adapter_source": str(job.init_adapter) if job.init_adapter else None,
-                "stacking": STACKING_RULE, "merged": cfg.merge,
-                "final_loss": curve[-1]["loss"] if curve else None, **stats,
-                "wall_s": round(time.monotonic() - t0, 1),
-                "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                             "trl": trl.__version__, "peft": peft.__version__}}
-        write_meta(tmp, meta, curve)
+    try:
+        with building(folder) as tmp:
+            stats = _train(job, cfg, base, device, dtype, tmp, curve)
+            meta = {"name": job.name, "kind": job.kind, "base_model": base, "base_fingerprint": fingerprint,
+                    "config": config | {"base_fingerprint": fingerprint},
+                    "data": {"asset": job.data_asset, "rows": len(job.rows), "sha256": sha},
+                    "init_adapter": INIT_ADAPTER if job.init_adapter else None,
+                    "init_adapter_source": str(job.init_adapter) if job.init_adapter else None,
+                    "stacking": STACKING_RULE, "merged": cfg.merge,
+                    "final_loss": curve[-1]["loss"] if curve else None, **stats,
+                    "wall_s": round(time.monotonic() - t0, 1),
+                    "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                                 "trl": trl.__version__, "peft": peft.__version__}}
+            write_meta(tmp, meta, curve)
+    except NoUsableRows as err:
+        print(f"[training/{job.name}] {err}", flush=True)
+        return result_row(job.name, job.kind, "skipped_no_data", job.data_asset, len(job.rows), str(err))
     print(f"[training/{job.name}] done: {meta['steps']} steps, final loss {meta['final_loss']}, "
           f"{meta['wall_s']} s -> {folder}", flush=True)
     return result_row(job.name, job.kind, "trained", job.data_asset, len(job.rows), None, meta, folder)
