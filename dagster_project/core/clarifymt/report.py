@@ -351,6 +351,8 @@ def report_plots(inputs: ReportInputs) -> dict[str, bytes]:
     if allt.height and allt["calls_per_turn"].is_not_null().any():
         fig, ax = plt.subplots(figsize=(6, 4))
         for r in allt.to_dicts():
+            if r["accuracy"] is None or r["calls_per_turn"] is None:  # n = 0 (e.g. a trained model not built)
+                continue
             ax.scatter(r["calls_per_turn"], r["accuracy"] * 100)
             ax.annotate(label(r), (r["calls_per_turn"], r["accuracy"] * 100), fontsize=7, xytext=(3, 3),
                         textcoords="offset points")
@@ -374,7 +376,7 @@ def report_plots(inputs: ReportInputs) -> dict[str, bytes]:
             turns = sorted(g["turn"].unique().to_list())
             grid = np.full((len(turns), len(subtypes)), np.nan)
             for r in g.iter_rows(named=True):
-                if r["subtype"] in subtypes:
+                if r["subtype"] in subtypes and r["accuracy"] is not None:
                     grid[turns.index(r["turn"]), subtypes.index(r["subtype"])] = r["accuracy"] * 100
             im = ax.imshow(grid, vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
             ax.set_xticks(range(len(subtypes)), [x[:4] for x in subtypes], fontsize=6, rotation=60)

@@ -92,13 +92,15 @@ def training_deps(params: Params) -> list[dg.AssetKey]:
     return [dg.AssetKey(["training", n]) for n in sorted(n for n in names if n)]
 
 
-def check_trained(subject: str, model: str) -> None:
-    """Fail before any LLM call when a subject's trained model is not built (names the params key and command)."""
+def trained_missing(subject: str, model: str) -> str | None:
+    """Why a subject's trained model cannot answer (not built, or training kept no row: names the params key and the
+    command), else None; its turns then become input_error rows instead of stopping the whole evaluation stage."""
     if training_name(model):
         try:
             served_model(model, subject)
         except TrainedModelMissing as err:
-            raise dg.Failure(description=str(err)) from None
+            return str(err)
+    return None
 
 
 @dg.multi_asset(
@@ -162,13 +164,15 @@ def build(params: Params) -> dg.Definitions:
         if not planned:  # an empty partition, so a UI backfill of the whole grid does not fail on it
             context.log.info(f"{subject} x {method_name}: skipped (evaluation.subject_methods.{subject})")
             selected, chosen = selected.head(0), chosen.head(0)
-        else:
-            check_trained(subject, params.llm.subjects[subject].model)
+        blocked = trained_missing(subject, params.llm.subjects[subject].model) if planned else None
+        if blocked:
+            context.log.warning(f"{subject} x {method_name}: every turn is an input_error row: {blocked}")
         method = build_method(method_name, params.evaluation, role=f"subject:{subject}")
         chat = llm.session(context)
         started = time.monotonic()
-        out = predict_turns(method, subject, selected, chat, embedder.encode)
+        out = predict_turns(method, subject, selected, chat, embedder.encode, blocked=blocked)
         context.add_output_metadata({
+            **({"model_missing": blocked} if blocked else {}),
             **chat.usage(), **prediction_stats(out), "dialogues": chosen.height,
             "dialogues_available": turns["dialogue_id"].n_unique(),
             "llm_calls_per_turn_max": method.calls_per_turn, "seconds": round(time.monotonic() - started, 1),

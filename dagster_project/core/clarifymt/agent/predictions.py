@@ -77,17 +77,21 @@ def sampled_dialogues(cfg: EvaluationConfig, turns: pl.DataFrame) -> pl.DataFram
     return pl.DataFrame(picked, schema={"dataset": pl.Utf8, "dialogue_id": pl.Utf8})
 
 
-def predict_turns(method: Method, subject: str, turns: pl.DataFrame, chat: Chat, embed: Embed) -> pl.DataFrame:
-    """One row per selected turn: the method's decision on usable turns, input_error rows for the others."""
+def predict_turns(method: Method, subject: str, turns: pl.DataFrame, chat: Chat, embed: Embed,
+                  blocked: str | None = None) -> pl.DataFrame:
+    """One row per selected turn: the method's decision on usable turns, input_error rows for the others; with
+    `blocked` (why the subject cannot answer, e.g. its trained model was not built) every turn is such a row."""
     ok = pl.col("status") == Status.OK.value
     usable, skipped = turns.filter(ok), turns.filter(~ok)
+    if blocked:
+        usable, skipped = turns.head(0), turns.with_columns(status=pl.lit(blocked))
     dialogue_turns = turns_from_frame(usable.with_columns(
         dialogue_id=pl.format("{}/{}", pl.col("dataset"), pl.col("dialogue_id"))))
     preds = method.predict(dialogue_turns, chat, embed)
     done = pl.concat([usable.select(KEEP), predictions_frame(preds)], how="horizontal")
     lost = skipped.select(*KEEP, "status").with_columns(
         action=pl.lit("invalid"), status=pl.lit(Status.INPUT_ERROR.value), llm_calls=pl.lit(0, pl.Int64),
-        error=pl.format("dialogue turn not usable: {}", pl.col("status")))
+        error=pl.lit(blocked) if blocked else pl.format("dialogue turn not usable: {}", pl.col("status")))
     out = pl.concat([done, lost], how="diagonal_relaxed").with_columns(
         subject=pl.lit(subject), method=pl.lit(method.name),
         source=pl.when(pl.col("dataset") == BENCHMARK_DATASET).then(pl.lit("benchmark.persona_dialogues"))
