@@ -35,7 +35,7 @@ def test_dvc_repro_builds_both_groups_then_skips_and_sweeps(project, monkeypatch
     # one ablation; the HF base and two trained models with base only), on clarifymt + ClariLM's held-out split
     p = read_asset(project / "assets", "evaluation", "predictions")
     ext = pl.read_parquet(project / "assets/evaluation/external_dialogues.parquet")
-    assert set(ext["dataset"]) == {"clarilm_test"}
+    assert set(ext["dataset"]) <= {"clarilm_test"}  # TINY's 2 selected questions may leave the held-out split empty
     assert len(list((project / "assets/evaluation/predictions").rglob("*.parquet"))) == 6
     assert p.height == 6 * (d.height + ext.height)  # every turn, every planned partition
     assert set(p["method"]) == {"base", "clarify_agent", "clarify_agent_no_planner"}
