@@ -24,10 +24,13 @@ from dagster_project.lib.catalog import column_docs, describe
 def undocumented_columns(assets_dir: Path) -> dict[str, list[str]]:
     """'<group>/<asset>' -> its stored columns without a description, for every Parquet file under ``assets_dir``:
     assets/<group>/<asset>.parquet, daily partitions assets/<group>/<asset>/<day>.parquet, and hive partitions
-    assets/<group>/<asset>/<dim>=<value>/.../data.parquet, whose folder names are columns too."""
+    assets/<group>/<asset>/<dim>=<value>/.../data.parquet, whose folder names are columns too. Files inside a trained
+    model's folder (one holding training.json, e.g. assets/training/<model>/loss_curve.parquet) are not tables."""
     missing: dict[str, set[str]] = {}
     for path in sorted(Path(assets_dir).rglob("*.parquet")):
         parts = path.relative_to(assets_dir).parts
+        if any((Path(assets_dir).joinpath(*parts[:i]) / "training.json").exists() for i in range(2, len(parts))):
+            continue  # a file inside a trained model's folder (its loss curve), not a stored table
         group, asset = parts[0], (parts[1] if len(parts) > 2 else path.stem)
         hive = [p.split("=", 1)[0] for p in parts[2:-1] if "=" in p]
         key = f"{group}/{asset}"
@@ -64,6 +67,13 @@ def test_undocumented_columns_reads_files_daily_and_hive_partitions(tmp_path):
     assert describe("evaluation/predictions", "method") and describe("evaluation/predictions", "subject")
     (tmp_path / "benchmark/taxonomy.parquet").unlink()
     assert "benchmark/taxonomy" not in undocumented_columns(tmp_path)
+    # a trained model's folder holds its loss curve, not a table of the catalog
+    model = tmp_path / "training" / "clarilm_sft"
+    model.mkdir(parents=True)
+    pl.DataFrame({"zz_step": [1]}).write_parquet(model / "loss_curve.parquet")
+    assert "training/clarilm_sft" in undocumented_columns(tmp_path)
+    (model / "training.json").write_text("{}")
+    assert "training/clarilm_sft" not in undocumented_columns(tmp_path)
 
 
 def test_columns_yaml_names_only_real_assets_and_every_entry_has_text():
