@@ -87,7 +87,7 @@ def test_materialize_group_tags_runs_and_prints_info_not_debug(capfd):
 def test_materialize_command_passes_provenance_and_log_level(tmp_path, monkeypatch):
     seen = {}
 
-    def fake(defs, group, instance, partitions=None, say=None, tags=None, log_level="info"):
+    def fake(defs, group, instance, partitions=None, say=None, tags=None, log_level="info", execution=None):
         seen.update(group=group, tags=tags, log_level=log_level)
         return []
 

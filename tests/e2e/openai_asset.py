@@ -101,7 +101,8 @@ def run_summary(result: dg.ExecuteInProcessResult) -> dict:
     meta: dict = {}
     for ev in result.get_asset_materialization_events():
         for k, v in ev.step_materialization_data.materialization.metadata.items():
-            meta[k] = getattr(v, "value", v)
+            if k != "dagster/column_schema":  # a TableSchema record is no plain value (names and types only)
+                meta[k] = getattr(v, "value", v)
     checks = result.get_asset_check_evaluations()
     return {"success": result.success, "metadata": meta, "checks_passed": [c.passed for c in checks]}
 

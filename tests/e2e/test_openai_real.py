@@ -221,7 +221,7 @@ def test_200_request_asset_run_survives_faults(server, tmp_path, monkeypatch, ca
     assert errors["error"].is_not_null().all()
     assert errors.height - poisoned.height <= 3  # a healthy question fails only if all 5 attempts are faults
     assert summary["checks_passed"] == [True]  # 8-11 errors out of 200 <= 0.2
-    assert summary["metadata"]["llm_errors"] == errors.height
+    assert summary["metadata"]["llm/errors"] == errors.height
 
     # every fault kind happened, and each failed attempt was retried
     assert all(counts[k] > 0 for k in FAULT_RATES), counts
@@ -261,7 +261,7 @@ def test_200_request_asset_run_survives_faults(server, tmp_path, monkeypatch, ca
     s2 = run_summary(again)
     assert s2["checks_passed"] == [False]
     assert s2["metadata"]["llm/cache_hits"] == n - errors.height
-    assert s2["metadata"]["llm_errors"] == poisoned.height
+    assert s2["metadata"]["llm/errors"] == poisoned.height
 
 
 def test_kill9_midway_then_rerun_serves_answered_calls_from_cache(server, tmp_path, monkeypatch, capsys):
