@@ -140,9 +140,9 @@ def _train(job: LMJob, cfg: TrainingConfig, base: str, device: str, dtype: str, 
         trainer = DPOTrainer(args=DPOConfig(output_dir=str(out / "trainer"), **args), **common)
     if len(trainer.train_dataset) == 0:
         s = cfg.sft if job.kind == "sft" else cfg.dpo
-        raise NoUsableRows(f"{job.data_asset}: the {job.kind.upper()} trainer's preprocessing kept none of its "
-                           f"{len(job.rows)} rows (each longer than training.{job.kind}.max_length={s.max_length} "
-                           "tokens?): no model folder written")
+        raise NoUsableRows(f"{job.data_asset}: the {job.kind.upper()} trainer kept none of its {len(job.rows)} rows "
+                           f"(TRL drops an example whose reply lies beyond training.{job.kind}.max_length="
+                           f"{s.max_length} tokens; raise it): no model folder written")
     t0 = time.monotonic()
     result = trainer.train()
     train_s = time.monotonic() - t0
