@@ -148,3 +148,14 @@ def test_a_failed_run_keeps_the_last_good_folder(trained, monkeypatch):
         train_lm(LMJob("clarilm_sft", "sft", rows, "annotations/sft_dataset"), CFG, root)
     assert (root / "clarilm_sft" / "training.json").read_text() == before
     assert not list(root.glob(".clarilm_sft.*"))
+
+
+def test_rows_the_trainer_drops_entirely_give_skipped_no_data(base, tmp_path):
+    """TRL drops an example whose reply lies beyond max_length (found on the demo's 600-token intents prompts): the
+    model is skipped with the key to raise, and no folder is written."""
+    long_prompt = [{"role": "system", "content": SYSTEM + " " + "Consider every intent carefully. " * 40},
+                   {"role": "user", "content": "Where is my order?"}]
+    rows = [{"prompt": long_prompt, "completion": [{"role": "assistant", "content": "track_order"}]}] * 2
+    row = train_lm(LMJob("intents_tuned", "sft", rows, "intents/training_conversations"), CFG, tmp_path)
+    assert row["status"] == "skipped_no_data" and "training.sft.max_length=64" in row["reason"], row
+    assert not (tmp_path / "intents_tuned").exists()
