@@ -36,17 +36,24 @@ PAPER = {"n_per_subtype": 85, "judge_per_subtype": 30, "pairwise_items": 100}
 
 
 def scaled_params(base_url: str, cache: Path, scale: float) -> dict[str, Any]:
-    """params.paper.yaml with its sizes times `scale`, every role and subject on the stub, caches beside `cache`."""
+    """params.paper.yaml resolved, its sizes times `scale`, one subject, every role on the stub, ClarifyMT only.
+
+    Written out whole (no `extends`): params.yaml's trained subjects and external datasets are mappings and
+    lists that an overlay cannot drop, and the paper's run has neither."""
+    from dagster_project.config import parse_params, read_params_file
+
     n = {k: max(1, round(v * scale)) for k, v in PAPER.items()}
     stub = {"backend": "openai", "base_url": base_url, "concurrency": 16, "max_retries": 1, "timeout_s": 60}
-    return {"extends": str(REPO / "params.paper.yaml"),
-            "llm": {"cache_path": str(cache), "roles": {"default": {**stub, "model": "stub-role"}},
-                    # params.yaml's subject, replaced key by key (`extends` merges mappings, cannot drop a key)
-                    "subjects": {"smollm2": {**stub, "model": "stub-subject"}}},
-            "embedder": {"cache_path": str(cache.parent / "embeddings.sqlite")},
-            "benchmark": {"n_per_subtype": n["n_per_subtype"]},
-            "evaluation": {"methods": PAPER_METHODS, "judge_per_subtype": n["judge_per_subtype"],
-                           "pairwise_items": n["pairwise_items"]}}
+    out = read_params_file(REPO / "params.paper.yaml") or {}
+    out["llm"] = {**out.get("llm", {}), "cache_path": str(cache), "roles": {"default": {**stub, "model": "stub-role"}},
+                  "subjects": {"smollm2": {**stub, "model": "stub-subject"}}}
+    out["embedder"] = {**out.get("embedder", {}), "cache_path": str(cache.parent / "embeddings.sqlite")}
+    out["benchmark"] = {**out.get("benchmark", {}), "n_per_subtype": n["n_per_subtype"]}
+    ev = {k: v for k, v in out.get("evaluation", {}).items() if k not in ("subject_methods", "trained_pairs")}
+    out["evaluation"] = {**ev, "methods": PAPER_METHODS, "judge_per_subtype": n["judge_per_subtype"],
+                         "pairwise_items": n["pairwise_items"], "datasets": ["clarifymt"], "trained_baseline": None}
+    parse_params(out, "paper-scale params")  # a params.yaml change that breaks this run fails here, by key
+    return out
 
 
 def _stats(url: str) -> dict[str, float]:

@@ -130,8 +130,8 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict | None:
-    """A params file; `extends: <file>` (relative to it) reads that file first and overlays this one on it."""
+def read_params_file(path: Path, seen: tuple[Path, ...] = ()) -> dict | None:
+    """A params file as a plain mapping, unvalidated; `extends: <file>` (relative to it) reads that file first and overlays this one on it."""
     if not path.exists():
         raise ParamsError(f"{path}: file not found (run from the repo root or set CLARIFY_PARAMS)")
     try:
@@ -145,12 +145,12 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict | None:
     base = path.parent / str(data.pop("extends"))
     if base.resolve() in seen:
         raise ParamsError(f"{path}: extends: {base} makes a cycle")
-    return _merge(_read_yaml(base, (*seen, path.resolve())) or {}, data)
+    return _merge(read_params_file(base, (*seen, path.resolve())) or {}, data)
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:
     path = Path(path)
-    return parse_params(_read_yaml(path), str(path))
+    return parse_params(read_params_file(path), str(path))
 
 
 def default_params_path() -> str:

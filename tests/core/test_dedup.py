@@ -8,9 +8,11 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from dagster_project.core.shared.dedup import (
+    NO_SEARCH,
     AnnSearch,
     ann_pairs,
     find_pairs,
+    merge_searches,
     normalise,
     semantic_dedup,
     similar_pairs,
@@ -292,3 +294,12 @@ def test_ann_pairs_zero_vectors_and_tiny_inputs():
     assert as_set(ann.i, ann.j) == as_set(*similar_pairs(v, 0.5, 2)[:2]) == {(0, 2)}
     for w in (np.zeros((0, 3)), np.ones((1, 3)), np.zeros((3, 3))):
         assert len(ann_pairs(w, 0.5, 4, 2).i) == 0
+
+
+def test_merge_searches_names_every_method_and_sums_the_counts():
+    exact = {"dedup_method": "exact", "dedup_candidates": 6, "dedup_verified_pairs": 1}
+    ann = {"dedup_method": "ann", "dedup_candidates": 40, "dedup_verified_pairs": 3}
+    assert merge_searches([exact, NO_SEARCH, exact]) == {"dedup_method": "exact", "dedup_candidates": 12,
+                                                         "dedup_verified_pairs": 2}
+    assert merge_searches([exact, ann])["dedup_method"] == "ann+exact"
+    assert merge_searches([NO_SEARCH]) == merge_searches([]) == NO_SEARCH

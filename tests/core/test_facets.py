@@ -106,7 +106,9 @@ def test_fuse_dedups_per_question_and_prefers_log():
                         ("q2", "zzz", "ignored", False)])
     llm = _rows("llm", [("q1", "city", "In which city are you?", True), ("q1", "cuisine", "What food?", True),
                         ("q2", "city", "Which city?", True)])
-    out = fuse(log, llm, first_word_embed, tau=0.9, block=1)
+    out, search = fuse(log, llm, first_word_embed, tau=0.9, block=1)
+    # q1's 4 facets: 6 pairs compared, the two "city" ones similar; q2 has one facet, nothing to compare
+    assert search == {"dedup_method": "exact", "dedup_candidates": 6, "dedup_verified_pairs": 1}
     rows = {r["facet_id"]: r for r in out.to_dicts()}
     assert set(rows) == {"q1:log:0", "q1:log:1", "q1:llm:0", "q1:llm:1", "q2:llm:2"}  # q2:log:2 was not kept
     assert not rows["q1:llm:0"]["kept"] and rows["q1:llm:0"]["duplicate_of"] == "q1:log:0"
@@ -118,4 +120,5 @@ def test_fuse_dedups_per_question_and_prefers_log():
 
 def test_fuse_with_nothing_kept():
     empty = _rows("log", [("q1", "a", "b", False)])
-    assert fuse(empty, empty.with_columns(origin=pl.lit("llm")), first_word_embed, 0.9, 8).height == 0
+    out, search = fuse(empty, empty.with_columns(origin=pl.lit("llm")), first_word_embed, 0.9, 8)
+    assert out.height == 0 and search["dedup_method"] == "none"

@@ -144,7 +144,8 @@ def test_apply_dedup_only_among_candidates():
     rows = pl.DataFrame({"question_id": ["q1", "q2", "q3", "q4"],
                          "question": ["laptop please", "laptop for me", "weather now", "laptop too"],
                          "reject_reason": [None, None, None, "too_long"]})
-    out = apply_dedup(rows, pl.col("reject_reason").is_null(), "question", keyword_embed, 0.9, 2)
+    out, search = apply_dedup(rows, pl.col("reject_reason").is_null(), "question", keyword_embed, 0.9, 2)
+    assert search == {"dedup_method": "exact", "dedup_candidates": 3, "dedup_verified_pairs": 1}
     assert out.select("question_id", "kept", "duplicate_of", "reject_reason").rows() == [
         ("q1", True, None, None), ("q2", False, "q1", "duplicate"), ("q3", True, None, None),
         ("q4", False, None, "too_long")]
@@ -221,7 +222,8 @@ def test_dedup_against_ql_prefers_log_questions():
     qg = pl.DataFrame({"qg_id": ["g1", "g2", "g3", "g4"],
                        "question": ["laptop for gaming", "garden tips", "garden ideas", None],
                        "status": ["ok", "ok", "ok", "parse_error"]})
-    out = dedup_against(qg, ql, keyword_embed, 0.9, 1)  # block=1: every pair crosses a block boundary
+    out, search = dedup_against(qg, ql, keyword_embed, 0.9, 1)  # block=1: every pair crosses a block boundary
+    assert search["dedup_method"] == "exact"
     assert out.select("qg_id", "kept", "duplicate_of", "reject_reason").rows() == [
         ("g1", False, "ql-1", "duplicate_of_ql"), ("g2", True, None, None),
         ("g3", False, "g2", "duplicate"), ("g4", False, None, "parse_error")]

@@ -102,6 +102,11 @@ class _Runs:
     def get_asset_check_evaluations(self) -> list:
         return [c for r in self.results for c in r.get_asset_check_evaluations()]
 
+    def metadata(self, key: str) -> dict:
+        """The last materialization's metadata values of asset `group/name`."""
+        events = [m for r in self.results for m in r.asset_materializations_for_node(key.replace("/", "__"))]
+        return {k: v.value for k, v in events[-1].metadata.items()}
+
 
 def _group(module) -> str:
     """defs/<group>/assets.py -> <group>."""
@@ -258,8 +263,12 @@ def test_logs_llm_errors_become_rows_and_fail_the_error_rate_check(tmp_path, mon
 
 
 def test_questions_group(tmp_path, monkeypatch):
-    result = _run(tmp_path, monkeypatch, [logs, questions], questions={"n_personas": 3, "questions_per_persona": 2})
+    # dedup_exact_max 0: Q^L and Q^G dedup take the ANN path (faiss), which must give the exact path's rows below
+    result = _run(tmp_path, monkeypatch, [logs, questions],
+                  questions={"n_personas": 3, "questions_per_persona": 2, "dedup_exact_max": 0})
     assert result.success
+    assert result.metadata("questions/seed_questions_ql")["dedup_method"] == "ann"
+    assert result.metadata("questions/seed_questions_qg")["dedup_method"] == "ann"
     assert {"gx_seed_questions_ql", "gx_personas", "gx_seed_questions_qg"} <= _checks_pass(result)
     ql = _read(tmp_path, "questions", "seed_questions_ql")
     assert ql.height == 43  # one row per kept conversation
@@ -321,6 +330,9 @@ def test_facets_group(tmp_path, monkeypatch):
                                                                                   "the location"]
     loc = kept.filter(pl.col("facet") == "the location")
     assert (loc["origin"] == "log").all() and loc["merged_origins"].to_list() == [["llm", "log"]] * 4
+    meta = result.metadata("facets/facet_candidates")
+    # per question 3 distinct texts after the exact merge of the two "the location" facets: 3 pairs, none similar
+    assert (meta["dedup_method"], meta["dedup_candidates"], meta["dedup_verified_pairs"]) == ("exact", 4 * 3, 0)
 
 
 def test_annotations_group_and_trl_exports(tmp_path, monkeypatch):

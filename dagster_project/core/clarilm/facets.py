@@ -21,7 +21,9 @@ from pydantic import ValidationError, WithJsonSchema
 from dagster_project.core.shared.dedup import (
     DEFAULT_ANN,
     AnnSearch,
+    NO_SEARCH,
     Embed,
+    merge_searches,
     normalise,
     semantic_dedup,
 )
@@ -144,7 +146,7 @@ def fm_llm(chat: Chat, questions: pl.DataFrame, max_facets: int, seed: int = 0) 
 
 
 def fuse(log: pl.DataFrame, llm: pl.DataFrame, embed: Embed, tau: float, block: int,
-         ann: AnnSearch = DEFAULT_ANN) -> pl.DataFrame:
+         ann: AnnSearch = DEFAULT_ANN) -> tuple[pl.DataFrame, dict[str, int | str]]:
     """F(x) = dedup(F_log(x) U F_llm(x)): semantic dedup within each question over 'facet: question' texts.
 
     Log facets win ties (they are the realistic ones); a kept facet lists the origins it absorbed.
@@ -155,17 +157,19 @@ def fuse(log: pl.DataFrame, llm: pl.DataFrame, embed: Embed, tau: float, block: 
     if pool.height == 0:
         return pool.with_columns(kept=pl.lit(True), duplicate_of=pl.lit(None, pl.Utf8),
                                  similarity=pl.lit(None, pl.Float64), dedup_reason=pl.lit(None, pl.Utf8),
-                                 merged_origins=pl.lit([], pl.List(pl.Utf8)))
+                                 merged_origins=pl.lit([], pl.List(pl.Utf8))), NO_SEARCH
     texts = [f"{f}: {c}" for f, c in zip(pool["facet"], pool["clarifying_question"])]
     vecs = embed(texts)
     pos = {t: i for i, t in enumerate(texts)}
     lookup: Embed = lambda ts: np.stack([vecs[pos[t]] for t in ts])  # noqa: E731
     pool = pool.with_columns(_text=pl.Series(texts), _row=pl.int_range(pl.len()))
-    frames = []
+    frames, searches = [], []
     for qid in pool["question_id"].unique(maintain_order=True):
         part = pool.filter(pl.col("question_id") == qid)
         quality = [2.0 if o == "log" else 1.0 for o in part["origin"]]
-        res = semantic_dedup(part["_text"].to_list(), quality, lookup, tau, block, ann).table
+        dedup = semantic_dedup(part["_text"].to_list(), quality, lookup, tau, block, ann)
+        res = dedup.table
+        searches.append(dedup.search)
         ids = part["facet_id"].to_list()
         part = part.with_columns(
             kept=res["kept"], similarity=res["similarity"], dedup_reason=res["dedup_reason"],
@@ -175,5 +179,5 @@ def fuse(log: pl.DataFrame, llm: pl.DataFrame, embed: Embed, tau: float, block: 
         part = part.join(origins, on="_cluster", how="left").with_columns(
             merged_origins=pl.when(pl.col("kept")).then(pl.col("merged_origins")))
         frames.append(part)
-    return pl.concat(frames).sort("_row").drop("_text", "_row", "_cluster")
+    return pl.concat(frames).sort("_row").drop("_text", "_row", "_cluster"), merge_searches(searches)
 

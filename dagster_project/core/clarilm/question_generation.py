@@ -165,14 +165,15 @@ def transform(chat: Chat, rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def dedup_against(qg: pl.DataFrame, ql: pl.DataFrame, embed: Embed, tau: float, block: int,
-                  ann: AnnSearch = DEFAULT_ANN) -> pl.DataFrame:
+                  ann: AnnSearch = DEFAULT_ANN) -> tuple[pl.DataFrame, dict[str, int | str]]:
     """Dedup Q^G (rows with status ok) against itself and the kept Q^L questions, which always win:
-    kept / duplicate_of (a qg_id or a Q^L question_id) / similarity / reject_reason."""
+    kept / duplicate_of (a qg_id or a Q^L question_id) / similarity / reject_reason; plus the search summary."""
     usable = qg.filter(pl.col("status") == Status.OK)
     texts = ql["question"].to_list() + usable["question"].to_list()
     ids = ql["question_id"].to_list() + usable["qg_id"].to_list()
     quality = [2.0] * ql.height + [1.0] * usable.height  # a real log question beats a synthetic one
-    res = semantic_dedup(texts, quality, embed, tau, block, ann).table.slice(ql.height)
+    dedup = semantic_dedup(texts, quality, embed, tau, block, ann)
+    res = dedup.table.slice(ql.height)
     dup_ids = [ids[d] if d >= 0 else None for d in res["duplicate_of"]]
     usable = usable.with_columns(
         kept=res["kept"], duplicate_of=pl.Series(dup_ids, dtype=pl.Utf8), similarity=res["similarity"],
@@ -182,18 +183,18 @@ def dedup_against(qg: pl.DataFrame, ql: pl.DataFrame, embed: Embed, tau: float, 
     failed = qg.filter(pl.col("status") != Status.OK).with_columns(
         kept=pl.lit(False), duplicate_of=pl.lit(None, pl.Utf8), similarity=pl.lit(None, pl.Float32),
         dedup_reason=pl.lit(None, pl.Utf8), reject_reason=pl.col("status"))
-    return pl.concat([usable, failed], how="diagonal_relaxed").sort("qg_id")
+    return pl.concat([usable, failed], how="diagonal_relaxed").sort("qg_id"), dedup.search
 
 
 def seed_questions_qg(chat: Chat, ql: pl.DataFrame, personas: pl.DataFrame, cfg: QuestionsConfig,
-                      embed: Embed) -> tuple[pl.DataFrame, int]:
+                      embed: Embed) -> tuple[pl.DataFrame, int, dict[str, int | str]]:
     """Q^G from the selected personas with demos from the kept Q^L questions and the seed files:
-    generate, transform, dedup against Q^L. Returns the table and the demo pool size."""
+    generate, transform, dedup against Q^L. Returns the table, the demo pool size and the dedup search summary."""
     kept = ql.filter(pl.col("kept"))
     pool = kept["question"].to_list() + load_seed_questions(cfg.seed_files)
     split = cfg.transform_split
     plan = qg_plan(personas.filter(pl.col("selected")), cfg.n_personas, cfg.questions_per_persona, pool,
                    cfg.icl_demos, (split.keep, split.enrich, split.simplify), cfg.seed)
     rows = transform(chat, generate(chat, plan, cfg.generation_temperature, cfg.seed))
-    out = dedup_against(rows, kept, embed, cfg.dedup_tau, cfg.dedup_block, cfg.ann())
-    return out.with_columns(question_id=pl.col("qg_id"), source=pl.lit("generated")), len(pool)
+    out, search = dedup_against(rows, kept, embed, cfg.dedup_tau, cfg.dedup_block, cfg.ann())
+    return out.with_columns(question_id=pl.col("qg_id"), source=pl.lit("generated")), len(pool), search

@@ -125,9 +125,10 @@ def llm_reason(status: pl.Expr = pl.col("status")) -> pl.Expr:
 
 def apply_dedup(rows: pl.DataFrame, candidates: pl.Expr, text_col: str, embed: Embed, tau: float, block: int,
                 id_col: str = "question_id", quality: list[float] | None = None,
-                ann: AnnSearch = DEFAULT_ANN) -> pl.DataFrame:
+                ann: AnnSearch = DEFAULT_ANN) -> tuple[pl.DataFrame, dict[str, int | str]]:
     """Exact + semantic dedup of the rows where `candidates` holds; sets kept / duplicate_of / similarity /
-    reject_reason='duplicate' on the others. Rows outside `candidates` are returned unchanged (kept=False)."""
+    reject_reason='duplicate' on the others. Rows outside `candidates` are returned unchanged (kept=False).
+    Also returns how the similar pairs were found (dedup_method exact / ann, for the asset's metadata)."""
     pool = rows.filter(candidates)
     rest = rows.filter(~candidates)
     res = semantic_dedup(pool[text_col].to_list(), quality or [1.0] * pool.height, embed, tau, block, ann)
@@ -140,12 +141,13 @@ def apply_dedup(rows: pl.DataFrame, candidates: pl.Expr, text_col: str, embed: E
     ).with_columns(reject_reason=pl.when(pl.col("kept")).then(pl.lit(None, pl.Utf8)).otherwise(pl.lit("duplicate")))
     rest = rest.with_columns(kept=pl.lit(False), duplicate_of=pl.lit(None, pl.Utf8),
                              similarity=pl.lit(None, pl.Float64), dedup_reason=pl.lit(None, pl.Utf8))
-    return pl.concat([pool, rest], how="diagonal_relaxed").sort(id_col)
+    return pl.concat([pool, rest], how="diagonal_relaxed").sort(id_col), res.search
 
 
-def seed_questions_ql(chat: Chat, raw_logs: pl.DataFrame, cfg: QuestionsConfig, embed: Embed) -> pl.DataFrame:
+def seed_questions_ql(chat: Chat, raw_logs: pl.DataFrame, cfg: QuestionsConfig,
+                      embed: Embed) -> tuple[pl.DataFrame, dict[str, int | str]]:
     """Q^L: each conversation's first user question; rules, then the LLM filter (up to ql_max_llm_checks, the
-    rest 'skipped'), then dedup of what passed. Every conversation keeps its row."""
+    rest 'skipped'), then dedup of what passed. Every conversation keeps its row. Also the dedup search summary."""
     rows = ql_rules(first_questions(raw_logs), cfg.ql_max_chars, cfg.ql_english_only, cfg.ql_min_turns,
                     cfg.ql_language_min_score)
     passed = rows.filter(pl.col("rule_reason").is_null())
@@ -157,9 +159,9 @@ def seed_questions_ql(chat: Chat, raw_logs: pl.DataFrame, cfg: QuestionsConfig, 
         error=pl.lit(f"over questions.ql_max_llm_checks={limit}"))
     ruled = rows.filter(pl.col("rule_reason").is_not_null()).with_columns(reject_reason=pl.col("rule_reason"))
     allrows = pl.concat([judged, skipped, ruled], how="diagonal_relaxed")
-    out = apply_dedup(allrows, pl.col("reject_reason").is_null(), "question", embed, cfg.dedup_tau, cfg.dedup_block,
+    out, search = apply_dedup(allrows, pl.col("reject_reason").is_null(), "question", embed, cfg.dedup_tau, cfg.dedup_block,
                       ann=cfg.ann())
-    return out.with_columns(source=pl.lit("log")).drop("rule_reason")
+    return out.with_columns(source=pl.lit("log")).drop("rule_reason"), search
 
 
 # --------------------------------------------------------------------------- Q = (Q^L, Q^G)

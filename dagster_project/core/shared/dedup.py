@@ -35,6 +35,17 @@ class DedupResult:
                 "dedup_clusters": self.table["cluster"].n_unique(), **self.search}
 
 
+NO_SEARCH: dict[str, int | str] = {"dedup_method": "none", "dedup_candidates": 0, "dedup_verified_pairs": 0}
+
+
+def merge_searches(searches: Sequence[dict[str, int | str]]) -> dict[str, int | str]:
+    """Several dedup runs' search summaries as one (per-question dedup): methods joined, counts summed."""
+    methods = sorted({str(s["dedup_method"]) for s in searches} - {"none"})
+    return {"dedup_method": "+".join(methods) or "none",
+            "dedup_candidates": sum(int(s["dedup_candidates"]) for s in searches),
+            "dedup_verified_pairs": sum(int(s["dedup_verified_pairs"]) for s in searches)}
+
+
 def normalise(text: str) -> str:
     """Lower-case, collapse whitespace, drop punctuation: the key for exact dedup."""
     return re.sub(r"\s+", " ", re.sub(r"[^\w\s]", " ", text.lower())).strip()
@@ -192,7 +203,7 @@ def semantic_dedup(texts: Sequence[str], quality: Sequence[float], embed: Embed,
     sim_to_rep = np.ones(n, dtype=np.float32)
     reason = np.where(exact_rep != np.arange(n), "exact", "").astype(object)
     rep = exact_rep.copy()
-    search: dict[str, int | str] = {"dedup_method": "none", "dedup_candidates": 0, "dedup_verified_pairs": 0}
+    search = NO_SEARCH
     if len(uniques) > 1:
         vecs = np.asarray(embed([texts[k] for k in uniques]))
         pairs = find_pairs(vecs, tau, block, ann)

@@ -50,12 +50,12 @@ def facet_candidates(context: dg.AssetExecutionContext, params: dg.ResourceParam
                      facet_candidates_log: pl.DataFrame, facet_candidates_llm: pl.DataFrame) -> pl.DataFrame:
     """F(x) = dedup(F_log(x) U F_llm(x)): semantic dedup per question; kept facets keep origin and merged origins."""
     cfg = params.facets
-    out = fuse(facet_candidates_log, facet_candidates_llm, embedder.encode, cfg.dedup_tau, cfg.dedup_block,
+    out, dedup = fuse(facet_candidates_log, facet_candidates_llm, embedder.encode, cfg.dedup_tau, cfg.dedup_block,
                cfg.ann())
     kept = out.filter(pl.col("kept"))
     context.add_output_metadata({
         "input_facets": out.height, "kept": kept.height, "questions": kept["question_id"].n_unique(),
         "kept_from_log": int((kept["origin"] == "log").sum()), "kept_from_llm": int((kept["origin"] == "llm").sum()),
-        "semantic_duplicates": int((out["dedup_reason"] == "semantic").sum()),
+        "semantic_duplicates": int((out["dedup_reason"] == "semantic").sum()), **dedup,
     })
     return out

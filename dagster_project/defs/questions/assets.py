@@ -24,8 +24,8 @@ def seed_questions_ql(context: dg.AssetExecutionContext, params: dg.ResourcePara
                       raw_logs: pl.DataFrame) -> pl.DataFrame:
     """Q^L: each conversation's first user question; rules, then the LLM filter, then dedup. All rows stay."""
     chat = llm.session(context)
-    out = build_ql(chat, raw_logs, params.questions, embedder.encode)
-    context.add_output_metadata({**chat.usage(), "first_questions": out.height, "kept": int(out["kept"].sum()),
+    out, dedup = build_ql(chat, raw_logs, params.questions, embedder.encode)
+    context.add_output_metadata({**chat.usage(), **dedup, "first_questions": out.height, "kept": int(out["kept"].sum()),
                                  **value_counts(out, "reject_reason", "rejected_")})
     return out
 
@@ -46,9 +46,9 @@ def seed_questions_qg(context: dg.AssetExecutionContext, params: dg.ResourcePara
                       seed_questions_ql: pl.DataFrame, personas: pl.DataFrame) -> pl.DataFrame:
     """Q^G: persona -> topic -> question (ICL demos from Q^L + seed files), keep/enrich/simplify, dedup vs Q^L."""
     chat = llm.session(context)
-    out, pool = build_qg(chat, seed_questions_ql, personas, params.questions, embedder.encode)
+    out, pool, dedup = build_qg(chat, seed_questions_ql, personas, params.questions, embedder.encode)
     context.add_output_metadata({
-        **chat.usage(), "generated": out.height, "kept": int(out["kept"].sum()), "demo_pool": pool,
+        **chat.usage(), **dedup, "generated": out.height, "kept": int(out["kept"].sum()), "demo_pool": pool,
         **value_counts(out, "transformation", "transform_"), **value_counts(out, "reject_reason", "rejected_"),
     })
     return out

@@ -92,9 +92,12 @@ class OpenAIBackend:
         asyncio.run(self._all(jobs, on_done))
 
     async def _all(self, jobs: list[Job], on_done: Callable[[int, JobOutput], None]) -> None:
-        from openai import AsyncOpenAI
+        from openai import AsyncOpenAI, DefaultAioHttpClient
 
-        clients = [AsyncOpenAI(base_url=url, api_key=self._key, timeout=self.cfg.timeout_s, max_retries=0)
+        # the aiohttp transport (openai[aiohttp]) costs ~0.67 ms of client CPU per call against httpx's ~1.26
+        # (A/B, 3,000 calls to the instant stub); errors still surface as the SDK's types, proxies from the env
+        clients = [AsyncOpenAI(base_url=url, api_key=self._key, timeout=self.cfg.timeout_s, max_retries=0,
+                               http_client=DefaultAioHttpClient(timeout=self.cfg.timeout_s))
                    for url in self.cfg.endpoints]
         sem = asyncio.Semaphore(self.cfg.concurrency)
 
