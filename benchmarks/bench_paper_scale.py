@@ -48,7 +48,11 @@ def scaled_params(base_url: str, cache: Path, scale: float) -> dict[str, Any]:
     out["llm"] = {**out.get("llm", {}), "cache_path": str(cache), "roles": {"default": {**stub, "model": "stub-role"}},
                   "subjects": {"smollm2": {**stub, "model": "stub-subject"}}}
     out["embedder"] = {**out.get("embedder", {}), "cache_path": str(cache.parent / "embeddings.sqlite")}
-    out["benchmark"] = {**out.get("benchmark", {}), "n_per_subtype": n["n_per_subtype"]}
+    # every dialogue (the paper's 6,120 are 1,020 validated queries x 6 personas): the automatic filter is off, since
+    # the stub's hash-random ratings and subtype verdicts would remove over half of the pairs at random
+    bench = out.get("benchmark", {})
+    out["benchmark"] = {**bench, "n_per_subtype": n["n_per_subtype"],
+                        "validation": {**bench.get("validation", {}), "min_quality": 1, "subtype_check": False}}
     ev = {k: v for k, v in out.get("evaluation", {}).items() if k not in ("subject_methods", "trained_pairs")}
     out["evaluation"] = {**ev, "methods": PAPER_METHODS, "judge_per_subtype": n["judge_per_subtype"],
                          "pairwise_items": n["pairwise_items"], "datasets": ["clarifymt"], "trained_baseline": None}
@@ -121,6 +125,11 @@ def _report(res: BenchResult, scale: float, cold: dict, warm: dict, rows: int, s
     calls, run_s = cold["http_requests"], cold["run_s"]
     http_s, minilm_s = cold.get("generate_each_s", 0.0), cold.get("encode_s", 0.0) + cold.get("score_s", 0.0)
     res.add("scale", scale, "scale (1 = the paper's sizes)", note=f"{max(1, round(85 * scale))} queries per subtype")
+    if "predictions" in cold:
+        res.add("evaluated_turns", cold["predictions"], "predictions rows (turns x methods)",
+                note=f"{cold.get('queries_kept', 0):,} of {cold.get('queries', 0):,} queries kept, "
+                     f"{cold.get('dialogues', 0):,} dialogues, {cold.get('dialogue_turns', 0):,} dialogue turns, "
+                     f"{cold.get('prediction_partitions', 0)} subject x method partitions")
     res.add("llm_calls", calls, "LLM calls (HTTP requests), cold run",
             note=f"{cold['samples'] - cold['cache_hits']:,} new samples, {cold['cache_hits']:,} repeats served by "
                  f"the cache, {cold['errors']} errors")

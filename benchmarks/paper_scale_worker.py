@@ -65,6 +65,27 @@ def _time_models(box: dict[str, float]) -> None:
     _timed(bert_score, "score", box)
 
 
+def _sizes(assets: Path) -> dict[str, int]:
+    """What the run covered: kept queries, dialogues, evaluated turns (predictions rows) and partitions."""
+    from dagster_project.lib.warehouse import read_asset
+
+    out: dict[str, int] = {}
+    for key, group, name in (("queries", "benchmark", "single_turn_queries"),
+                             ("dialogue_turns", "benchmark", "persona_dialogues"),
+                             ("predictions", "evaluation", "predictions")):
+        df = read_asset(assets, group, name)
+        if df is None:
+            continue
+        out[key] = df.height
+        if key == "queries" and "kept" in df.columns:
+            out["queries_kept"] = int(df["kept"].sum())
+        if key == "dialogue_turns" and "dialogue_id" in df.columns:
+            out["dialogues"] = df["dialogue_id"].n_unique()
+        if key == "predictions":
+            out["prediction_partitions"] = df.select("subject", "method").n_unique()
+    return out
+
+
 def main(workdir: str, params_path: str) -> dict[str, Any]:
     os.chdir(workdir)
     os.environ |= {"CLARIFY_PARAMS": params_path, "DAGSTER_HOME": str(Path(workdir) / ".dagster")}
@@ -98,7 +119,7 @@ def main(workdir: str, params_path: str) -> dict[str, Any]:
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     box["peak_rss_mb"] = max(me.ru_maxrss, kids.ru_maxrss) / 1024  # Linux: KiB
     box["cpu_s"] = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-    return {**box, "failed": failed}
+    return {**box, **_sizes(Path(workdir) / "assets"), "failed": failed}  # read after the peak RSS is taken
 
 
 if __name__ == "__main__":
