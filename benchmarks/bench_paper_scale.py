@@ -65,10 +65,14 @@ def _stats(url: str) -> dict[str, float]:
         return json.loads(r.read())
 
 
-def _worker(work: Path, params: Path) -> dict[str, Any]:
+def _worker(work: Path, params: Path, name: str) -> dict[str, Any]:
+    """One run in a subprocess; its stage lines (with the RSS after each) go to results/paper_scale_<name>.log."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "TQDM_DISABLE": "1"}
     proc = subprocess.run([sys.executable, str(HERE / "paper_scale_worker.py"), str(work), str(params)],
                           check=False, env=env, capture_output=True, text=True)
+    log = HERE / "results" / f"paper_scale_{name}.log"
+    log.parent.mkdir(exist_ok=True)
+    log.write_text(proc.stderr)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("PAPER_JSON ")), None)
     if proc.returncode != 0 or line is None:
         raise RuntimeError(f"paper-scale worker failed ({proc.returncode}): {proc.stderr[-3000:]}")
@@ -106,7 +110,7 @@ def bench_paper_scale(scale: float = DEFAULT_SCALE) -> BenchResult:
                 before = _stats(url)
                 say(f"paper_scale: {name} run, scale {scale} (benchmark + evaluation groups)")
                 with timer() as t:
-                    runs[name] = _worker(work, params)
+                    runs[name] = _worker(work, params, name)
                 after = _stats(url)
                 runs[name] |= {"wall_s": t[0], "http_requests": after["requests"] - before["requests"],
                                "stub_cpu_s": after["process_cpu_s"] - before["process_cpu_s"],
@@ -148,7 +152,8 @@ def _report(res: BenchResult, scale: float, cold: dict, warm: dict, rows: int, s
     res.add("client_cpu_s", cold["cpu_s"], "pipeline process CPU time, cold run", "s",
             note=f"{1000 * ratio(cold['cpu_s'], calls):.2f} ms per call")
     res.add("peak_rss_mb", max(cold["peak_rss_mb"], warm["peak_rss_mb"]), "peak RSS of the run", "MB",
-            note=f"cold {cold['peak_rss_mb']:.0f}, warm {warm['peak_rss_mb']:.0f}; goal <= 2048 MB")
+            note=f"cold {cold['peak_rss_mb']:.0f}, warm {warm['peak_rss_mb']:.0f}; goal <= 2048 MB; cold peak in the "
+                 f"step after: {cold.get('rss_peak_after', '?')[:80]} (results/paper_scale_cold.log)")
     res.add("cache_rows", rows, "cache rows", note=f"{size / 2**20:.1f} MB with WAL")
     res.add("cache_mb", size / 2**20, "cache file size", "MB")
     res.add("warm_rerun_s", warm["run_s"], "warm rerun: everything cached", "s",

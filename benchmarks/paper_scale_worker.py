@@ -65,6 +65,31 @@ def _time_models(box: dict[str, float]) -> None:
     _timed(bert_score, "score", box)
 
 
+class _RssWatch:
+    """Samples this process's RSS every 0.2 s; remembers the peak and the stage line printed last before it."""
+
+    def __init__(self) -> None:
+        import threading
+
+        import psutil
+
+        self.proc, self.last, self.peak, self.at = psutil.Process(), "start", 0, ""
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.2):
+            rss = self.proc.memory_info().rss
+            if rss > self.peak:
+                self.peak, self.at = rss, self.last
+
+    def say(self, message: str) -> None:
+        self.last = message
+        print(f"[paper_scale] {message} (RSS {self.proc.memory_info().rss / 2**20:.0f} MB)", file=sys.stderr,
+              flush=True)
+
+
 def _sizes(assets: Path) -> dict[str, int]:
     """What the run covered: kept queries, dialogues, evaluated turns (predictions rows) and partitions."""
     from dagster_project.lib.warehouse import read_asset
@@ -106,16 +131,18 @@ def main(workdir: str, params_path: str) -> dict[str, Any]:
     defs = build_definitions(load_params(params_path))
     failed: list[str] = []
     t = time.perf_counter()
+    watch = _RssWatch()
     with dg.DagsterInstance.ephemeral() as instance:
         for group in GROUPS:
             g = time.perf_counter()
-            results = materialize_group(defs, group, instance, say=lambda m: print(f"[paper_scale] {m}",
-                                                                                  file=sys.stderr, flush=True))
+            results = materialize_group(defs, group, instance, say=watch.say)
             box[f"{group}_s"] = time.perf_counter() - g
             if not results or not all(r.success for r in results):
                 failed.append(group)
                 break
     box["run_s"] = time.perf_counter() - t
+    watch.stop.set()
+    box["rss_peak_after"] = watch.at  # the last stage line printed before the sampled peak: the peak is in the next
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     box["peak_rss_mb"] = max(me.ru_maxrss, kids.ru_maxrss) / 1024  # Linux: KiB
     box["cpu_s"] = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
