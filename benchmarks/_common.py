@@ -56,3 +56,20 @@ def say(msg: str) -> None:
     import sys
 
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def peak_rss_mb() -> float:
+    """This process's own peak RSS in MiB: VmHWM, the high-water mark of its current address space.
+
+    Not ru_maxrss: Linux carries that over fork and exec, so a child started by a big parent (run.py after an
+    in-process benchmark) reports the parent's peak whenever its own is lower."""
+    import resource
+    from pathlib import Path
+
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # off Linux (macOS reports bytes: an upper bound)

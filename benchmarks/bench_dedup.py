@@ -8,7 +8,7 @@ import random
 import tracemalloc
 
 import numpy as np
-from _common import BenchResult, ratio, say, timer
+from _common import BenchResult, peak_rss_mb, ratio, say, timer
 
 from dagster_project.core.shared.dedup import AnnSearch, semantic_dedup, similar_pairs
 
@@ -169,15 +169,15 @@ def _ann_child(n: int, tau: float, block: int, k: int, nprobe: int) -> dict[str,
 
     v, src, dst = planted(n)
     texts = [f"q{r}" for r in range(n)]  # all distinct: every row is one unique text, in row order
-    before = resource.getrusage(resource.RUSAGE_SELF)
+    before, rss_before = resource.getrusage(resource.RUSAGE_SELF), peak_rss_mb()
     with timer() as t:
         res = semantic_dedup(texts, [1.0] * n, lambda ts: v, tau, block, AnnSearch(exact_max=0, k=k, nprobe=nprobe))
     cluster = res.table["cluster"].to_numpy()
     s, after = res.summary(), resource.getrusage(resource.RUSAGE_SELF)
     return {"n": n, "secs": t[0], "cpu_s": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, "planted": len(src), "planted_merged": int((cluster[src] == cluster[dst]).sum()),
             "removed": s["dedup_removed"], "candidates": s["dedup_candidates"],
-            "verified_pairs": s["dedup_verified_pairs"], "rss_before_mb": before.ru_maxrss / 1024,
-            "peak_rss_mb": after.ru_maxrss / 1024}
+            "verified_pairs": s["dedup_verified_pairs"], "rss_before_mb": rss_before,
+            "peak_rss_mb": peak_rss_mb()}
 
 
 def _ann_in_subprocess(n: int, tau: float, block: int, k: int, nprobe: int) -> dict[str, float]:

@@ -7,7 +7,7 @@ day, prefilter; the LLM extraction is left out), then the same at 1/10 the size 
     .venv/bin/python benchmarks/bench_logs.py --scale 0.05    # 50k and 5k (a loaded machine)
     .venv/bin/python benchmarks/run.py --only logs            # scale from $BENCH_LOGS_SCALE (default 1)
 
-Each size runs in its own process so its peak RSS (ru_maxrss) is its own. Reported: the day-discovery pass
+Each size runs in its own process so its peak RSS (VmHWM) is its own. Reported: the day-discovery pass
 (`clarify materialize logs` does it before registering the days), the ingest run, turns/s of each (wall clock, and
 per CPU second of the process, which a loaded machine distorts less), peak RSS, and big/small ratios. Goals: >= 100k turns/s, peak RSS of 10x the input within 1.5x. No timing asserts.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _common import BenchResult, ratio, say
+from _common import BenchResult, peak_rss_mb, ratio, say
 
 DAYS = 30
 TURNS = 5  # per conversation: user, assistant, user, assistant, user
@@ -89,7 +88,7 @@ def child(folder: Path, n: int) -> dict[str, float]:
     mats = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey(["logs", "raw_logs"])]
     return {"conversations": n, "turns": TURNS * (n - n // 1000), "days": len(days), "records": sum(counts.values()),
             "raw_logs_materializations": len(mats), "runs": 1, "write_s": write_s, "discover_s": discover_s,
-            "ingest_s": ingest_s, "ingest_cpu_s": ingest_cpu_s, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "ingest_s": ingest_s, "ingest_cpu_s": ingest_cpu_s, "peak_rss_mb": peak_rss_mb()}
 
 
 def _run_child(n: int) -> dict[str, float]:

@@ -18,6 +18,8 @@ from functools import wraps
 from pathlib import Path
 from typing import Any
 
+from _common import peak_rss_mb
+
 GROUPS = ("benchmark", "evaluation")
 
 
@@ -144,7 +146,7 @@ def main(workdir: str, params_path: str) -> dict[str, Any]:
     watch.stop.set()
     box["rss_peak_after"] = watch.at  # the last stage line printed before the sampled peak: the peak is in the next
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    box["peak_rss_mb"] = max(me.ru_maxrss, kids.ru_maxrss) / 1024  # Linux: KiB
+    box["peak_rss_mb"] = peak_rss_mb()
     box["cpu_s"] = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
     return {**box, **_sizes(Path(workdir) / "assets"), "failed": failed}  # read after the peak RSS is taken
 
