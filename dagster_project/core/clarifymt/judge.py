@@ -178,15 +178,17 @@ def judge_scores(chat: Chat, predictions: pl.DataFrame, messages: pl.DataFrame, 
     cands = candidate_turns(predictions).select(
         *ROW_KEY, "subtype", "persona", "reference_question", "action", "response")
     items = sample_items(cands, cfg.judge_per_subtype, cfg.sample_seed).with_columns(sampled=pl.lit(True))
-    rows = (cands.join(items, on=TURN_KEY, how="left")
-            .with_columns(pl.col("sampled").fill_null(False), asked=asked_expr("action", "response"))
-            .join(messages, on=TURN_KEY, how="left")
-            .sort(*ROW_KEY)).to_dicts()
-    to_judge = [(i, SCORE, pointwise_values(r)) for i, r in enumerate(rows)
-                if r["sampled"] and r["asked"] and is_question(r["response"])]
+    table = (cands.join(items, on=TURN_KEY, how="left")
+             .with_columns(pl.col("sampled").fill_null(False), asked=asked_expr("action", "response"))
+             .sort(*ROW_KEY).with_row_index("_row"))
+    # only the sampled turns need their dialogue (the judge prompt): joining it onto every candidate turn held
+    # each transcript once per method in Python dicts, the largest allocation of a paper-scale evaluation
+    sampled = table.filter("sampled", "asked").join(messages, on=TURN_KEY, how="left").sort("_row")
+    rows = table.drop("_row").to_dicts()
+    to_judge = [(i, SCORE, pointwise_values(r)) for i, r in zip(sampled["_row"], sampled.iter_rows(named=True))
+                if is_question(r["response"])]
     judged = {a.item: a for a in ask(chat, SCORE.role, to_judge)}
     for i, r in enumerate(rows):
-        r.pop("messages")
         if i in judged:
             o = judged[i].first
             r |= {"judged_by": "judge", "score": o.value.score if o.ok else None, "status": o.status.value,
