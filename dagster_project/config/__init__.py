@@ -131,7 +131,8 @@ def _merge(base: dict, over: dict) -> dict:
 
 
 def read_params_file(path: Path, seen: tuple[Path, ...] = ()) -> dict | None:
-    """A params file as a plain mapping, unvalidated; `extends: <file>` (relative to it) reads that file first and overlays this one on it."""
+    """A params file as a plain, unvalidated mapping; `extends: <file>` (relative to it) reads that file first and
+    overlays this one on it."""
     if not path.exists():
         raise ParamsError(f"{path}: file not found (run from the repo root or set CLARIFY_PARAMS)")
     try:

@@ -20,8 +20,8 @@ from pydantic import ValidationError, WithJsonSchema
 
 from dagster_project.core.shared.dedup import (
     DEFAULT_ANN,
-    AnnSearch,
     NO_SEARCH,
+    AnnSearch,
     Embed,
     merge_searches,
     normalise,
@@ -157,7 +157,7 @@ def fuse(log: pl.DataFrame, llm: pl.DataFrame, embed: Embed, tau: float, block: 
     if pool.height == 0:
         return pool.with_columns(kept=pl.lit(True), duplicate_of=pl.lit(None, pl.Utf8),
                                  similarity=pl.lit(None, pl.Float64), dedup_reason=pl.lit(None, pl.Utf8),
-                                 merged_origins=pl.lit([], pl.List(pl.Utf8))), NO_SEARCH
+                                 merged_origins=pl.lit([], pl.List(pl.Utf8))), dict(NO_SEARCH)
     texts = [f"{f}: {c}" for f, c in zip(pool["facet"], pool["clarifying_question"])]
     vecs = embed(texts)
     pos = {t: i for i, t in enumerate(texts)}

@@ -159,8 +159,8 @@ def seed_questions_ql(chat: Chat, raw_logs: pl.DataFrame, cfg: QuestionsConfig,
         error=pl.lit(f"over questions.ql_max_llm_checks={limit}"))
     ruled = rows.filter(pl.col("rule_reason").is_not_null()).with_columns(reject_reason=pl.col("rule_reason"))
     allrows = pl.concat([judged, skipped, ruled], how="diagonal_relaxed")
-    out, search = apply_dedup(allrows, pl.col("reject_reason").is_null(), "question", embed, cfg.dedup_tau, cfg.dedup_block,
-                      ann=cfg.ann())
+    out, search = apply_dedup(allrows, pl.col("reject_reason").is_null(), "question", embed, cfg.dedup_tau,
+                              cfg.dedup_block, ann=cfg.ann())
     return out.with_columns(source=pl.lit("log")).drop("rule_reason"), search
 
 

@@ -203,7 +203,7 @@ def semantic_dedup(texts: Sequence[str], quality: Sequence[float], embed: Embed,
     sim_to_rep = np.ones(n, dtype=np.float32)
     reason = np.where(exact_rep != np.arange(n), "exact", "").astype(object)
     rep = exact_rep.copy()
-    search = NO_SEARCH
+    search = dict(NO_SEARCH)
     if len(uniques) > 1:
         vecs = np.asarray(embed([texts[k] for k in uniques]))
         pairs = find_pairs(vecs, tau, block, ann)
