@@ -70,7 +70,7 @@ def bench_parsing(n: int = 100_000, repeats: int = 3) -> BenchResult:
         t_json[0] = min(t_json[0], t[0])
 
     actions = Counter(d.action for d in decisions)
-    json_ok = sum(1 for o, _ in objs if o is not None)
+    json_ok = sum(1 for o, *_ in objs if o is not None)  # (object, reason, repaired)
     res.add("n_strings", n, "strings (mixed prefix / JSON / junk)", note=f"mean {avg_len:.0f} chars")
     res.add("parse_decision_s", t_dec[0], "parse_decision time", "s", note=f"best of {repeats}")
     res.add("parse_decision_rows_per_s", n / t_dec[0], "parse_decision throughput", "rows/s",

@@ -17,6 +17,7 @@ import platform
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -158,12 +159,19 @@ def main(argv: list[str] | None = None) -> int:
 
     benches = _benchmarks(DEFAULT_SCALE if args.scale is None else args.scale)
     results: list[BenchResult] = []
+    failed: dict[str, str] = {}
     t0 = time.perf_counter()
     for name in selected:
         say(f"== {name}")
         t = time.perf_counter()
         with Contention() as c:
-            res = benches[name]()
+            try:
+                res = benches[name]()
+            except Exception as err:  # noqa: BLE001 - one broken benchmark must not cost the others' numbers
+                traceback.print_exc()
+                failed[name] = f"{type(err).__name__}: {err}"[:500]
+                say(f"{name} FAILED: {failed[name]}")
+                continue
         res.metrics["wall_s"] = round(time.perf_counter() - t, 2)
         res.metrics["other_cpu_pct"] = c.other_pct
         results.append(res)
@@ -171,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     meta["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
 
     payload = {"when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "total_s": round(total, 2),
-               "benchmarks": selected, "machine": meta, **{r.name: r.metrics for r in results}}
+               "benchmarks": selected, "failed": failed, "machine": meta, **{r.name: r.metrics for r in results}}
     _print_table(results, total)
     by_name = {r.name: r.metrics for r in results}
     for label, bench, key in HEADLINES:
@@ -183,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(payload, indent=2) + "\n")
     say(f"wrote {args.out}")
-    return 0
+    if failed:
+        say(f"FAILED: {', '.join(failed)} (tracebacks above; their numbers are missing)")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
