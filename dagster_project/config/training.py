@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from dagster_project.config.base import Strict
 
@@ -31,6 +31,11 @@ class SFTSettings(Strict):
     batch_size: int = Field(4, gt=0)
     grad_accum: int = Field(1, gt=0)
     max_length: int = Field(256, gt=8)        # tokens per example (longer ones are truncated)
+    # GPU: pack rows best-fit into max_length sequences trained without padding (TRL packing, bfd); off keeps one
+    # padded row per example. TRL 1.16's DPOTrainer has no padding-free mode, so DPO has no such key.
+    packing: bool = False
+    lr_scheduler: Literal["linear", "cosine", "constant"] = "linear"
+    weight_decay: float = Field(0.0, ge=0.0)
 
 
 class DPOSettings(Strict):
@@ -43,6 +48,8 @@ class DPOSettings(Strict):
     batch_size: int = Field(2, gt=0)
     grad_accum: int = Field(1, gt=0)
     max_length: int = Field(256, gt=8)        # prompt + completion tokens (TRL 1.16 DPOConfig has only this one)
+    lr_scheduler: Literal["linear", "cosine", "constant"] = "linear"
+    weight_decay: float = Field(0.0, ge=0.0)
 
 
 class RerankerSettings(Strict):
@@ -53,6 +60,14 @@ class RerankerSettings(Strict):
     max_steps: int = Field(-1, ge=-1)
     batch_size: int = Field(8, gt=1)          # in-batch negatives need at least two rows per batch
     max_length: int = Field(128, gt=8)
+
+
+class ModelSettings(Strict):
+    """One model's own settings (a paper's): keys of `lora` / `sft` / `dpo` that replace the group-wide ones."""
+
+    lora: dict[str, Any] = Field(default_factory=dict)
+    sft: dict[str, Any] = Field(default_factory=dict)
+    dpo: dict[str, Any] = Field(default_factory=dict)
 
 
 class TrainingConfig(Strict):
@@ -70,3 +85,27 @@ class TrainingConfig(Strict):
     dpo: DPOSettings = Field(default_factory=DPOSettings)
     reranker: RerankerSettings = Field(default_factory=RerankerSettings)
     models: list[ModelName] = Field(default_factory=lambda: list(MODEL_NAMES))
+    per_model: dict[ModelName, ModelSettings] = Field(default_factory=dict)
+    # held_out_disjoint: an evaluation query and a training text at or above this MiniLM cosine are near-duplicates
+    held_out_min_cosine: float = Field(0.9, gt=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _per_model_valid(self) -> TrainingConfig:
+        for name in self.per_model:
+            try:
+                self.for_model(name)
+            except ValueError as err:
+                raise ValueError(f"training.per_model.{name}: {err}") from None
+        return self
+
+    def for_model(self, name: str) -> TrainingConfig:
+        """The settings `name` trains with: per_model's block of the model (an intents sweep model,
+        intents_tuned_p<pct>, takes intents_tuned's) over the group-wide lora / sft / dpo."""
+        key = name if name in self.per_model else next((k for k in self.per_model if name.startswith(f"{k}_")), None)
+        if key is None:
+            return self
+        own = self.per_model[key]
+        return self.model_copy(update={
+            "lora": LoraSettings.model_validate(self.lora.model_dump() | own.lora),
+            "sft": SFTSettings.model_validate(self.sft.model_dump() | own.sft),
+            "dpo": DPOSettings.model_validate(self.dpo.model_dump() | own.dpo)})

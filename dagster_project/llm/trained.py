@@ -82,6 +82,22 @@ def served_model(model: str, subject: str | None = None) -> ServedModel:
                        base_fingerprint=meta.get("base_fingerprint"))
 
 
+TEMPLATE_FIELD = "template"
+
+
+def recorded_template(model: str, subject: str | None = None) -> dict:
+    """training.json's `template` entry (how the model was prompted and how its replies are read; see
+    core/training/template.py); a folder trained before templates were recorded is refused: retrain it."""
+    served_model(model, subject)  # the folder is complete and its training.json readable
+    meta_file = training_dir(model) / "training.json"
+    record = json.loads(meta_file.read_text()).get(TEMPLATE_FIELD)
+    if not isinstance(record, dict):
+        raise TrainedModelMissing(missing_message(
+            model, subject, f"{meta_file} has no `{TEMPLATE_FIELD}` field (the prompt template and reply parser the "
+                            "model was trained with; folders trained before it was recorded must be retrained)"))
+    return record
+
+
 def _adapter_path(spec: str, folder: Path) -> Path:
     """init_adapter as written by the training group: `training/<name>` (that model's adapter/), a path as is,
     or a path relative to the model's own folder."""

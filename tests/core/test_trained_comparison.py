@@ -1,14 +1,19 @@
 """Trained subjects vs their reference on a hand-made prediction table: numbers, paired test, verdict words, the
-report's "Trained models" section, and the held-out overlap count."""
+report's "Trained models" section, clarify-class F1, and the held-out overlap pairs (exact and near-duplicate)."""
 
+import numpy as np
 import polars as pl
+import pytest
 
 from dagster_project.core.clarifymt.report import trained_section
-from dagster_project.core.clarifymt.trained import (
+from dagster_project.core.clarifymt.trained import clarify_f1, trained_comparison
+from dagster_project.core.training.overlap import (
+    held_out_overlaps,
     normalize_query,
-    query_overlap,
-    trained_comparison,
+    record_user_texts,
+    user_texts,
 )
+from dagster_project.core.shared.metrics import decision_macro_f1
 
 N = 12
 
@@ -55,16 +60,42 @@ def test_report_section_says_plainly_which_model_did_not_improve():
     assert trained_section(None) == [] and trained_section(trained_comparison(PRED, [])) == []
 
 
-def test_query_overlap_on_normalized_user_messages():
+def test_clarify_f1_is_the_clarify_class_f1_and_macro_f1_stays_beside_it():
+    t = trained_comparison(PRED, [("sft", "base_hf")]).row(0, named=True)
+    assert t["clarify_f1"] == 1.0 and t["ref_clarify_f1"] == pytest.approx(2 / 13)  # 1 TP, 6 FP, 5 FN
+    assert t["ref_macro_f1"] == pytest.approx(1 / 13)  # the answer class scores 0
+    # IN3-like: 90% accuracy when most queries need clarification gives a clarify-class F1 of 94, macro-F1 80
+    ref = ["clarify"] * 80 + ["answer"] * 20
+    got = ["clarify"] * 80 + ["clarify"] * 10 + ["answer"] * 10
+    assert clarify_f1(ref, got) == pytest.approx(160 / 170)
+    assert decision_macro_f1(ref, got) < clarify_f1(ref, got) - 0.1
+
+
+def _fake_encode(texts):
+    """Unit vectors: texts that start with the same word point the same way (a planted near-duplicate)."""
+    words = ["where", "book", "cafe", "how", "unrelated", "what"]
+    out = np.zeros((len(texts), len(words) + 1))
+    for i, t in enumerate(texts):
+        first = t.lower().split()[0]
+        out[i, words.index(first) if first in words else len(words)] = 1.0
+    return out
+
+
+def test_held_out_overlaps_names_exact_and_near_pairs():
     msg = pl.List(pl.Struct({"role": pl.Utf8, "content": pl.Utf8}))
     sft = pl.DataFrame({"messages": [[{"role": "system", "content": "Where is Paris?"},
                                       {"role": "user", "content": "Where  is PARIS?!"},
                                       {"role": "assistant", "content": "In France."}]]}, schema={"messages": msg})
     intents = pl.DataFrame({"messages": [[{"role": "user", "content": "book a table"}]] * 2, "kept": [False, False]},
                            schema={"messages": msg, "kept": pl.Boolean})
-    dpo = pl.DataFrame({"prompt": [[{"role": "user", "content": "Café hours"}]]}, schema={"prompt": msg})
-    got = query_overlap(["where is paris", "Book a table", "cafe hours?", "unrelated"],
-                        {"annotations/sft_dataset": sft, "intents/training_conversations": intents,
-                         "annotations/dpo_dataset": dpo})
-    assert got == {"annotations/sft_dataset": 1, "intents/training_conversations": 0, "annotations/dpo_dataset": 1}
+    jsonl = [{"prompt": [{"role": "user", "content": "How do I bake bread"}], "chosen": [], "rejected": []}]
+    exports = {"annotations/sft_dataset": user_texts(sft), "intents/training_conversations": user_texts(intents),
+               "double_turn/training_exports:dpo_dataset": record_user_texts(jsonl)}
+    assert exports["intents/training_conversations"] == []  # rows a `kept` column drops are not trained on
+    pairs = held_out_overlaps(["where is paris", "Book a table", "how can I bake bread?", "unrelated"], exports,
+                              _fake_encode, 0.9)
+    assert pairs.select("export", "query", "training_text", "match").rows() == [
+        ("annotations/sft_dataset", "where is paris", "Where  is PARIS?!", "exact"),
+        ("double_turn/training_exports:dpo_dataset", "how can I bake bread?", "How do I bake bread", "near")]
+    assert held_out_overlaps(["unrelated"], exports, _fake_encode, 0.9).is_empty()
     assert normalize_query("  What's the   time? ") == "whats the time"

@@ -1,18 +1,25 @@
-"""Trained models vs their reference subject (issue 18): one method, the same held-out turns, paired tests; and the
-proof that those turns are held out (no evaluation query appears in any training export)."""
+"""Trained models in the evaluation group: each asked in the template it was trained on (TemplateMethod) and
+compared with its reference subject (one method, the same held-out turns, paired tests, clarify-class F1)."""
 
 from __future__ import annotations
 
-import re
-import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import polars as pl
+from sklearn.metrics import f1_score
 
+from dagster_project.config import EvaluationConfig
+from dagster_project.core.clarifymt.agent.method import DialogueTurn, Method, Prediction, decision_prediction
+from dagster_project.core.clarifymt.agent.registry import build_method
 from dagster_project.core.clarifymt.metrics import clarification_metrics, scored
+from dagster_project.core.shared.dedup import Embed
 from dagster_project.core.shared.metrics import decision_macro_f1, paired_significance
+from dagster_project.core.training.template import TrainedTemplate, load_trained_template
+from dagster_project.llm.chat import ChatRequest
+from dagster_project.llm.task import Chat
+from dagster_project.llm.trained import TrainedModelMissing, training_name
 
-SIDE = ["n", "accuracy", "accuracy_ci_low", "accuracy_ci_high", "macro_f1", "protocol_compliance",
+SIDE = ["n", "accuracy", "accuracy_ci_low", "accuracy_ci_high", "clarify_f1", "macro_f1", "protocol_compliance",
         "under_clarification", "over_clarification", "judge_score", "judge_n"]
 SCHEMA = {"dataset": pl.Utf8, "subject": pl.Utf8, "reference": pl.Utf8, "method": pl.Utf8,
           **{c: pl.Int64 if c in ("n", "judge_n") else pl.Float64 for c in SIDE},
@@ -21,13 +28,74 @@ SCHEMA = {"dataset": pl.Utf8, "subject": pl.Utf8, "reference": pl.Utf8, "method"
           "test": pl.Utf8, "p_value": pl.Float64, "significant": pl.Boolean, "verdict": pl.Utf8}
 
 
+class TemplateMethod:
+    """A trained subject's method: each turn rendered with the template the model was trained on, one greedy call,
+    the reply read by that template's parser. Named like the method it stands for (evaluation.trained_method), so
+    its rows pair with the reference subject's."""
+
+    calls_per_turn = 1
+
+    def __init__(self, name: str, template: TrainedTemplate, role: str, max_tokens: int):
+        self.name, self.template, self.role, self.max_tokens = name, template, role, max_tokens
+
+    def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:
+        t = self.template
+        requests = [ChatRequest.of(t.render(turn.history), t.version, temperature=0.0, max_tokens=self.max_tokens)
+                    for turn in turns]
+        out = []
+        for res in chat(self.role, requests) if requests else []:
+            if res.error:
+                p = Prediction(raw_output=res.text or None)
+                p.fail_llm(res.error)
+            else:
+                d = t.parse(res.text)
+                p = decision_prediction(d, res.text, None if d.action != "invalid"
+                                        else f"reply not in the trained format: {t.reply_format}")
+            p.prompt_version = t.version
+            p.charge(res)
+            out.append(p)
+        return out
+
+
+def subject_method(subject: str, model: str, method: str, cfg: EvaluationConfig) -> tuple[Method, str | None]:
+    """The method a subject is evaluated with, and why it cannot answer (None when it can). An untrained subject
+    runs `method` as configured; a trained one runs only evaluation.trained_method, in its training template
+    (a folder that is not built, or holds no recorded template, blocks it with the reason)."""
+    role = f"subject:{subject}"
+    if training_name(model) is None:
+        return build_method(method, cfg, role=role), None
+    fallback = build_method(method, cfg, role=role)
+    try:
+        template = load_trained_template(model, subject)
+    except TrainedModelMissing as err:
+        return fallback, str(err)
+    if method != cfg.trained_method:
+        return fallback, (f"subject {subject!r} ({model}) is evaluated only as it was trained: in its {template.name} "
+                          f"template, as evaluation.trained_method ({cfg.trained_method!r}), not with {method!r}")
+    if template.values_needed():
+        return fallback, (f"subject {subject!r} ({model}) was trained on the {template.name} template, which needs "
+                          f"{template.values_needed()} that these dialogues do not have: its own group scores it")
+    return TemplateMethod(method, template, role, cfg.subject_max_tokens), None
+
+
+def clarify_f1(reference: Sequence[str], predicted: Sequence[str]) -> float:
+    """F1 of the clarify class (ask = positive; an invalid reply is a miss): ClariLM's reported F1 (IN3: accuracy
+    89.72 with F1 94.36 is only possible for the positive class, not for the macro average)."""
+    if not reference:
+        return float("nan")
+    return float(f1_score(list(reference), list(predicted), labels=["clarify"], average=None, zero_division=0)[0])
+
+
 def _side(done: pl.DataFrame, rows: pl.DataFrame, quality: pl.DataFrame | None, key: tuple[str, str, str],
           must_ask: bool) -> dict[str, float | int | None]:
-    """One subject's numbers on its evaluated turns (accuracy with a Wilson CI, shares, macro-F1, judge score)."""
+    """One subject's numbers on its evaluated turns (accuracy with a Wilson CI, shares, clarify-class F1 and
+    macro-F1, judge score)."""
     m = clarification_metrics(rows, [], must_ask).row(0, named=True)
     acts = done.with_columns(action=pl.when(pl.col("non_question")).then(pl.lit("invalid")).otherwise(pl.col("action")))
     out = {c: m.get(c) for c in SIDE if c in m}
-    out["macro_f1"] = decision_macro_f1(acts["reference_action"].to_list(), acts["action"].to_list()) if done.height else None
+    ref, got = acts["reference_action"].to_list(), acts["action"].to_list()
+    out["clarify_f1"] = clarify_f1(ref, got) if done.height else None
+    out["macro_f1"] = decision_macro_f1(ref, got) if done.height else None
     q = quality.filter((pl.col("dataset") == key[0]) & (pl.col("subject") == key[1]) & (pl.col("method") == key[2])) \
         if quality is not None and not quality.is_empty() else None
     out["judge_score"] = q["judge_score"][0] if q is not None and q.height else None
@@ -50,7 +118,7 @@ def trained_comparison(pred: pl.DataFrame, pairs: Sequence[tuple[str, str]], met
                        quality: pl.DataFrame | None = None, alpha: float = 0.05, min_n: int = 10,
                        ttest_min_n: int = 30, clarify_must_be_question: bool = True) -> pl.DataFrame:
     """One row per dataset x (subject, reference) pair, both evaluated with `method` over all turns: each side's n,
-    accuracy with a Wilson 95% CI, macro-F1, protocol compliance, under-/over-clarification and judge score (where
+    accuracy with a Wilson 95% CI, clarify-class F1 (ClariLM's F1) and macro-F1, protocol compliance, under-/over-clarification and judge score (where
     judged); the paired test on the turns both evaluated (exact McNemar below ttest_min_n, else the t-test) with
     the difference's 95% CI, and a verdict in words."""
     if pred.is_empty() or not pairs:
@@ -83,32 +151,3 @@ def trained_comparison(pred: pl.DataFrame, pairs: Sequence[tuple[str, str]], met
                          "p_value": test["p"] if n else None, "significant": sig,
                          "verdict": verdict(n, diff, sig, min_n)})
     return pl.DataFrame(rows, schema=SCHEMA).fill_nan(None)
-
-
-def normalize_query(text: str) -> str:
-    """Case, accents, punctuation and spacing folded away: 'What's  the time?' == 'whats the time'."""
-    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
-    return " ".join(re.sub(r"[^\w\s]", "", text.lower()).split())
-
-
-def user_texts(frame: pl.DataFrame) -> list[str]:
-    """Every user message of a training export (message-list columns) plus its question / query columns; rows a
-    `kept` column marks as not kept are not trained on and are skipped."""
-    if "kept" in frame.columns:
-        frame = frame.filter(pl.col("kept"))
-    texts: list[str] = []
-    for name, dtype in frame.schema.items():
-        if isinstance(dtype, pl.List) and isinstance(dtype.inner, pl.Struct) \
-                and {"role", "content"} <= {f.name for f in dtype.inner.fields}:
-            msgs = frame.select(pl.col(name).explode().struct.unnest()).drop_nulls("role")
-            texts += msgs.filter(pl.col("role") == "user")["content"].drop_nulls().to_list()
-        elif name in ("question", "query") and dtype == pl.Utf8:
-            texts += frame[name].drop_nulls().to_list()
-    return texts
-
-
-def query_overlap(eval_queries: Iterable[str], exports: dict[str, pl.DataFrame]) -> dict[str, int]:
-    """Per training export: how many distinct evaluation queries (normalized) occur as one of its user messages."""
-    wanted = {normalize_query(q) for q in eval_queries if q}
-    wanted.discard("")
-    return {name: len(wanted & {normalize_query(t) for t in user_texts(df)}) for name, df in exports.items()}
