@@ -7,16 +7,34 @@ import dagster as dg
 import polars as pl
 import pytest
 import yaml
-from fakes import ScriptedBackend
+import numpy as np
+from fakes import ScriptedBackend, scripted_llm
 
 from dagster_project.cli import _default_partitions, materialize_group
 from dagster_project.config import ParamsError, load_params, parse_params
 from dagster_project.defs.evaluation import assets as evaluation
 from dagster_project.defs.evaluation.assets import planned_partitions, training_deps
-from dagster_project.lib.warehouse import read_asset
+from dagster_project.core.clarifymt.external import held_out_turns
+from dagster_project.core.double_turn.exports import turn2_prompt
+from dagster_project.core.training.template import clarilm_template
+from dagster_project.core.training.overlap import normalize_query
+from dagster_project.defs.benchmark import assets as benchmark
+from dagster_project.defs.quality.checks import build_checks
+from dagster_project.lib.warehouse import WarehouseIOManager, read_asset
 from defs.test_evaluation import SCRIPTED, _defs, eval_responder
 
 TRAINED = {"backend": "transformers", "model": "training/clarilm_sft"}
+
+
+class WordsEmbedder(dg.ConfigurableResource):
+    """Bag of words hashed into 64 dimensions, unit length: the same words, the same vector, whatever the batch."""
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), 64), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in normalize_query(t).split():
+                out[i, sum(map(ord, w)) % 64] += 1.0
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
 
 
 def _params(tmp_path, **evaluation) -> str:
@@ -70,15 +88,23 @@ def test_missing_model_gives_input_error_rows_then_the_built_one_runs_and_unplan
     (folder / "adapter").mkdir(parents=True)  # the scripted backend loads nothing: the contract's files suffice
     (folder / "adapter" / "adapter_config.json").write_text("{}")
     (folder / "training.json").write_text(json.dumps({"base_model": "smollm2-135m-instruct"}))
+    # a folder trained before templates were recorded is refused, naming its training.json and the field
+    assert all(r.success for r in materialize_group(defs, "evaluation", instance, ["base|sft"]))
+    old = read_asset(tmp_path / "assets", "evaluation", "predictions")
+    assert set(old["status"]) == {"input_error"} and "has no `template` field" in old["error"][0]
+    assert "assets/training/clarilm_sft/training.json" in old["error"][0]
+    (folder / "training.json").write_text(json.dumps({"base_model": "smollm2-135m-instruct",
+                                                      "template": clarilm_template("Decide.").record()}))
     results = materialize_group(defs, "evaluation", instance, ["base|sft", "cot|sft"])
     assert all(r.success for r in results)
     p = read_asset(tmp_path / "assets", "evaluation", "predictions")
     assert set(p["subject"]) == {"sft"} and set(p["method"]) == {"base"} and p.height > 0
+    assert set(p["prompt_version"]) == {clarilm_template("Decide.").version}  # asked in its training template
     skipped = pl.read_parquet(tmp_path / "assets/evaluation/predictions/method=cot/subject=sft/data.parquet")
     assert skipped.height == 0
 
 
-def test_clarilm_held_out_split_is_a_dataset_and_training_overlap_is_counted(tmp_path, monkeypatch):
+def test_clarilm_held_out_split_is_a_dataset_and_a_planted_overlap_blocks(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     SCRIPTED["backend"] = ScriptedBackend(eval_responder)
     msgs = pl.List(pl.Struct({"role": pl.Utf8, "content": pl.Utf8}))
@@ -91,21 +117,68 @@ def test_clarilm_held_out_split_is_a_dataset_and_training_overlap_is_counted(tmp
                  schema={"messages": msgs}).write_parquet(tmp_path / "assets/annotations/sft_dataset.parquet")
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump({
-        "llm": {"cache_path": str(tmp_path / "cache.sqlite")},
+        "llm": {"cache_path": str(tmp_path / "cache.sqlite"),
+                "subjects": {"smollm2": {"backend": "llamacpp"}, "sft": TRAINED,
+                             "dt": {"backend": "transformers", "model": "training/double_turn_dpo"}}},
         "benchmark": {"n_per_subtype": 1, "subtypes": ["lexical"]},
         "evaluation": {"methods": ["base"], "datasets": ["clarilm_test"], "bertscore": False,
                        "judge_per_subtype": 0}}))
-    base = _defs(str(path))  # the group's assets; its checks come from build() as in definitions.py
-    defs = dg.Definitions.merge(base, dg.Definitions(asset_checks=evaluation.build(load_params(str(path))).asset_checks))
+    params = load_params(str(path))  # the group's assets and checks as in definitions.py, a real-shaped embedder
+    assets = [*dg.load_assets_from_modules([benchmark]), *evaluation.build(params).assets]
+    defs = dg.Definitions(
+        assets=assets, asset_checks=[*build_checks({k for a in assets for k in a.keys}),
+                                     *evaluation.build(params).asset_checks],
+        executor=dg.in_process_executor, resources={"io_manager": WarehouseIOManager(), "params": params,
+                                                    "llm": scripted_llm(params, SCRIPTED["backend"]),
+                                                    "embedder": WordsEmbedder()})
     instance = dg.DagsterInstance.ephemeral()
     results = materialize_group(defs, "benchmark", instance) + materialize_group(defs, "evaluation", instance)
-    assert all(r.success for r in results)
     ext = pl.read_parquet(tmp_path / "assets/evaluation/external_dialogues.parquet")
     assert ext.select("dataset", "dialogue_id", "reference_action", "status").rows() == [
         ("clarilm_test", "q1", "clarify", "ok"), ("clarilm_test", "q2", "answer", "ok"),
         ("clarilm_test", "q3", None, "no_reference")]
     p = read_asset(tmp_path / "assets", "evaluation", "predictions")
-    assert p.height == 3 and set(p["dataset"]) == {"clarilm_test"}
+    assert p.height == 9 and set(p["dataset"]) == {"clarilm_test"}
     check = next(c for r in results for c in r.get_asset_check_evaluations() if c.check_name == "held_out_disjoint")
-    assert not check.passed  # "Book a flight" is in the SFT export: the check says so
-    assert check.metadata["overlap_annotations.sft_dataset"].value == 1
+    assert not check.passed  # "Book a flight" is in the SFT export sft was trained on: the pair is named
+    assert check.metadata["overlap_annotations.sft_dataset"].value == 1 and check.metadata["exact_pairs"].value == 1
+    assert "Book a flight" in check.metadata["pairs"].value and "book a FLIGHT!" in check.metadata["pairs"].value
+    missing = check.metadata["missing_exports"].value  # dt's export was never built: nothing could be checked
+    assert len(missing) == 1 and "double_turn/training_exports:dpo_dataset" in missing[0] and "dt" in missing[0]
+    assert check.blocking and not (tmp_path / "assets/evaluation/report").exists()  # blocked: no report
+
+
+def _held_out(questions):
+    held = pl.DataFrame({"question_id": [f"q{i}" for i in range(len(questions))], "question": questions,
+                         "question_source": ["QL"] * len(questions), "split": ["test"] * len(questions),
+                         "reference_action": ["clarify"] * len(questions),
+                         "reference_question": ["Which one?"] * len(questions), "status": ["ok"] * len(questions)})
+    return held_out_turns(held, "clarilm_test")
+
+
+def test_held_out_disjoint_passes_only_without_overlap_and_reads_jsonl_exports(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    params = parse_params({"llm": {"subjects": {"dt": {"backend": "transformers", "model": "training/double_turn_dpo"}}},
+                           "evaluation": {"methods": ["base"], "datasets": ["clarilm_test"]}})
+    (tmp_path / "assets/double_turn/exports").mkdir(parents=True)
+    prompt = turn2_prompt("clarify_or_direct", "Who won the world cup?", params.double_turn.subject_output)
+    (tmp_path / "assets/double_turn/exports/dpo_dataset.jsonl").write_text(json.dumps(
+        {"prompt": prompt, "chosen": [{"role": "assistant", "content": "a"}],
+         "rejected": [{"role": "assistant", "content": "b"}]}) + "\n")
+    pl.DataFrame({"export": ["dpo_dataset"], "path": ["assets/double_turn/exports/dpo_dataset.jsonl"], "rows": [1],
+                  "written": [True], "reason": [None]}).write_parquet(tmp_path / "assets/double_turn/training_exports.parquet")
+    embed = WordsEmbedder().encode
+    clean = evaluation.held_out_disjoint(params, embed, external_dialogues=_held_out(["Plan my trip"]))
+    assert clean.passed and clean.metadata["exports_checked"].value == 1
+    # the question inside the export's rendered prompt is found (the template is unwrapped), case and "?" aside
+    leak = evaluation.held_out_disjoint(params, embed, external_dialogues=_held_out(["who won the world cup"]))
+    assert not leak.passed and leak.metadata["exact_pairs"].value == 1
+
+
+def test_an_unfair_reference_fails_the_comparison_naming_both(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    params = parse_params({"llm": {"subjects": {"smollm2": {"backend": "llamacpp"}, "sft": TRAINED}},
+                           "evaluation": {"methods": ["base"], "trained_baseline": "smollm2"}})
+    context = dg.build_asset_context(resources={"params": params})
+    with pytest.raises(dg.Failure, match="unfair comparison 'sft' vs reference 'smollm2': it is served by llamacpp"):
+        evaluation.trained_comparison(context, predictions=pl.DataFrame(), judge_scores=pl.DataFrame())

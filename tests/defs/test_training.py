@@ -12,7 +12,7 @@ from dagster_project.config import parse_params
 from dagster_project.core.intents.curation import TRAINING_SCHEMA
 from dagster_project.defs.quality.checks import build_checks
 from dagster_project.defs.training import assets as training
-from dagster_project.lib.model_folder import result_row
+from dagster_project.training.model_folder import result_row
 from dagster_project.lib.warehouse import WarehouseIOManager
 
 
@@ -140,3 +140,36 @@ def test_only_the_models_named_in_params_are_assets():
     keys = {k.to_user_string(): a for a in defs.assets for k in a.keys}
     assert list(keys) == ["training/clarilm_dpo"]
     assert {k.to_user_string() for k in keys["training/clarilm_dpo"].dependency_keys} == {"annotations/dpo_dataset"}
+
+
+def test_every_lm_records_the_template_of_its_export(built):
+    _, _, jobs = built
+    params = parse_params(PARAMS)
+    dt = "double_turn_json" if params.double_turn.subject_output == "json" else "double_turn_text"
+    parsers = {n: j.template["parser"] for n, j in jobs.items()}
+    assert parsers == {"clarilm_sft": "clarilm_need_clarification", "clarilm_dpo": "clarilm_need_clarification",
+                       "double_turn_dpo": dt, "single_turn_dpo": dt, "intents_tuned": "intent_name",
+                       "intents_tuned_p100": "intent_name", "intents_tuned_p50": "intent_name"}
+    assert jobs["clarilm_sft"].template["system"] == params.annotations.system_prompt
+
+
+def test_dpo_is_skipped_with_the_reason_when_its_sft_stage_built_no_model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    jobs = []
+    monkeypatch.setattr(training, "train_lm", lambda job, cfg, root: jobs.append(job) or result_row(
+        job.name, job.kind, "skipped_no_data", job.data_asset, 0, "annotations/sft_dataset has no training rows"))
+    a = tmp_path / "assets/annotations"
+    a.mkdir(parents=True)
+    pl.DataFrame({"messages": [[m("user", "x")]]}).head(0).write_parquet(a / "sft_dataset.parquet")
+    pl.DataFrame({"id": ["p1"], "prompt": [[m("user", "jaguar?")]], "chosen": [[m("assistant", "Animal or car?")]],
+                  "rejected": [[m("assistant", "A cat.")]]}).write_parquet(a / "dpo_dataset.parquet")
+    params = parse_params({"training": {"models": ["clarilm_sft", "clarilm_dpo"]}})
+    defs = training.build(params)
+    result = dg.materialize([*defs.assets, dg.SourceAsset(dg.AssetKey(["annotations", "sft_dataset"])),
+                             dg.SourceAsset(dg.AssetKey(["annotations", "dpo_dataset"]))],
+                            resources={"io_manager": WarehouseIOManager(), "params": params})
+    assert result.success and [j.name for j in jobs] == ["clarilm_sft"]  # DPO never started from the base
+    row = _read(tmp_path, "clarilm_dpo").row(0, named=True)
+    assert row["status"] == "skipped_no_data" and row["rows"] == 1 and row["folder"] is None
+    assert row["reason"] == ("clarilm_dpo continues clarilm_sft, which built no model (skipped_no_data: "
+                             "annotations/sft_dataset has no training rows); not trained from the base instead")

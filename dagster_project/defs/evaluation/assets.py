@@ -7,6 +7,7 @@ reads all partitions.
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
@@ -21,7 +22,6 @@ from dagster_project.core.clarifymt.agent.predictions import (
     prediction_stats,
     sampled_dialogues,
 )
-from dagster_project.core.clarifymt.agent.registry import build_method
 from dagster_project.core.clarifymt.external import (
     TURN_SCHEMA,
     held_out_turns,
@@ -36,17 +36,19 @@ from dagster_project.core.clarifymt.report import (
     question_quality,
     write_report,
 )
-from dagster_project.core.clarifymt.trained import query_overlap
+from dagster_project.core.clarifymt.trained import subject_method
 from dagster_project.core.clarifymt.trained import trained_comparison as compare_trained
 from dagster_project.core.shared.metrics import bertscore_f1
 from dagster_project.core.shared.tables import markdown_table
+from dagster_project.core.training.overlap import held_out_overlaps
+from dagster_project.core.training.reference import reference_problem
 from dagster_project.io.records import InputFileError, Quarantine
 from dagster_project.lib.assets import group_asset, upstream
-from dagster_project.lib.embedder import minilm_path
 from dagster_project.lib.resources import EmbedderResource, LLMResource
-from dagster_project.lib.vector_cache import VectorCache
+from dagster_project.llm.vector_cache import VectorCache
 from dagster_project.lib.warehouse import ASSETS_DIR, read_asset
-from dagster_project.llm.trained import TrainedModelMissing, served_model, training_name
+from dagster_project.llm.trained import training_name
+from dagster_project.training.exports import MissingExport, export_user_texts, model_template, trained_on
 
 GROUP = "evaluation"
 asset = group_asset(GROUP)
@@ -90,17 +92,6 @@ def training_deps(params: Params) -> list[dg.AssetKey]:
     """training/<name> for every subject served from a trained model: the lineage edge training -> predictions."""
     names = {training_name(cfg.model) for cfg in params.llm.subjects.values()}
     return [dg.AssetKey(["training", n]) for n in sorted(n for n in names if n)]
-
-
-def trained_missing(subject: str, model: str) -> str | None:
-    """Why a subject's trained model cannot answer (not built, or training kept no row: names the params key and the
-    command), else None; its turns then become input_error rows instead of stopping the whole evaluation stage."""
-    if training_name(model):
-        try:
-            served_model(model, subject)
-        except TrainedModelMissing as err:
-            return str(err)
-    return None
 
 
 @dg.multi_asset(
@@ -164,10 +155,10 @@ def build(params: Params) -> dg.Definitions:
         if not planned:  # an empty partition, so a UI backfill of the whole grid does not fail on it
             context.log.info(f"{subject} x {method_name}: skipped (evaluation.subject_methods.{subject})")
             selected, chosen = selected.head(0), chosen.head(0)
-        blocked = trained_missing(subject, params.llm.subjects[subject].model) if planned else None
+        method, blocked = subject_method(subject, params.llm.subjects[subject].model, method_name, params.evaluation)
+        blocked = blocked if planned else None
         if blocked:
             context.log.warning(f"{subject} x {method_name}: every turn is an input_error row: {blocked}")
-        method = build_method(method_name, params.evaluation, role=f"subject:{subject}")
         chat = llm.session(context)
         started = time.monotonic()
         out = predict_turns(method, subject, selected, chat, embedder.encode, blocked=blocked)
@@ -189,7 +180,7 @@ def build(params: Params) -> dg.Definitions:
 
 
 def judge_scores(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
-                 llm: dg.ResourceParam[LLMResource], predictions: pl.DataFrame,
+                 llm: dg.ResourceParam[LLMResource], embedder: EmbedderResource, predictions: pl.DataFrame,
                  **dialogues: pl.DataFrame) -> pl.DataFrame:
     """Generated clarifying questions vs the reference: LLM judge 0-5 on a per-subtype sample,
     token-F1 and BERTScore-F1 on every clarify turn where the method asked."""
@@ -201,14 +192,14 @@ def judge_scores(context: dg.AssetExecutionContext, params: dg.ResourceParam[Par
     def bertscore(candidates: list[str], references: list[str]) -> list[float]:
         """BERTScore-F1 per pair; pairs a run already scored come from the vector cache."""
         if cache is None or not candidates:
-            return bertscore_f1(candidates, references, minilm_path(), cfg.bertscore_layers)
+            return bertscore_f1(candidates, references, embedder.model_path(), cfg.bertscore_layers)
 
         def score(pairs: list[str]) -> np.ndarray:
             c, r = zip(*map(json.loads, pairs), strict=True)
-            return np.asarray(bertscore_f1(list(c), list(r), minilm_path(), cfg.bertscore_layers))
+            return np.asarray(bertscore_f1(list(c), list(r), embedder.model_path(), cfg.bertscore_layers))
 
         pairs = [json.dumps([c, r]) for c, r in zip(candidates, references, strict=True)]
-        return [float(x) for x in cache.rows(f"bertscore:{cfg.bertscore_layers}", pairs, score)[:, 0]]
+        return [float(x) for x in cache.rows(f"bertscore:{embedder.model}:{cfg.bertscore_layers}", pairs, score)[:, 0]]
 
     out = score_questions(chat, predictions, _messages(params, dialogues), cfg,
                           params.llm.role("judge").model, bertscore if cfg.bertscore else None)
@@ -261,30 +252,36 @@ def method_comparison(context: dg.AssetExecutionContext, params: dg.ResourcePara
     """Methods side by side per backbone (Tables 5/6): per-persona accuracy at the comparison turn and
     over all turns, Avg./Std., macro-F1, calls per turn, paired tests vs ClarifyAgent, question quality."""
     cfg = params.evaluation
+    channel = "structured" if cfg.structured_output else "free_text"
     out = compare_methods(predictions, cfg.agent_method, cfg.comparison_turn, cfg.significance_alpha,
                           question_quality(judge_scores), cfg.min_n_significance, cfg.ttest_min_n,
-                          cfg.clarify_must_be_question)
+                          cfg.clarify_must_be_question, cfg.significance_baselines, channel, cfg.sample_seed)
     if out.is_empty():
         return out
     table = out.filter(pl.col("scope") == f"turn_{cfg.comparison_turn}").select(
-        "dataset", "subject", "method", "n", "accuracy", "accuracy_ci_low", "accuracy_ci_high",
-        "protocol_compliance", "question_share", "llm_errors", "persona_avg", "persona_std", "calls_per_turn")
-    context.add_output_metadata({"rows": out.height, "comparison": dg.MetadataValue.md(markdown_table(table))})
+        "dataset", "subject", "method", "decision_channel", "n", "n_queries", "accuracy", "accuracy_ci_low",
+        "accuracy_ci_high", "protocol_compliance", "question_share", "truncated_share", "llm_errors", "persona_avg",
+        "persona_std", "calls_per_turn", "p_holm")
+    corrections = sorted({c for c in out["correction"].drop_nulls().to_list() if c.startswith("holm")})
+    context.add_output_metadata({"rows": out.height, "decision_channel": channel,
+                                 "correction": "; ".join(corrections) or "none (no baseline evaluated)",
+                                 "comparison": dg.MetadataValue.md(markdown_table(table))})
     return out
-
-
-# the training exports a trained subject may have learned from: no evaluation query may appear in them
-TRAINING_EXPORTS = ("annotations/sft_dataset", "annotations/dpo_dataset", "double_turn/clarify_sft",
-                    "double_turn/sft_dataset", "double_turn/dpo_dataset", "intents/training_conversations")
 
 
 @asset(ins=upstream("evaluation/predictions", "evaluation/judge_scores"))
 def trained_comparison(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params], predictions: pl.DataFrame,
                        judge_scores: pl.DataFrame) -> pl.DataFrame:
     """Trained subjects vs their reference (evaluation.trained_baseline / trained_pairs) with evaluation.trained_method
-    on the same held-out turns: accuracy (n, Wilson CI), macro-F1, protocol compliance, under/over-clarification,
-    judge score, and the paired test; `verdict` says plainly whether the trained model improved."""
+    on the same held-out turns: accuracy (n, Wilson CI), clarify-class F1, macro-F1, protocol compliance,
+    under/over-clarification, judge score, and the paired test; `verdict` says plainly whether the trained model
+    improved. Fails, naming both, when a reference is not the training base served the same way."""
     cfg = params.evaluation
+    subjects = params.llm.subjects
+    unfair = [why for s, r in params.trained_pairs()
+              if (why := reference_problem(s, subjects[s], r, subjects[r], params.training.base_model))]
+    if unfair:
+        raise dg.Failure(description="\n".join(unfair), metadata={"unfair_pairs": len(unfair)})
     out = compare_trained(predictions, params.trained_pairs(), cfg.trained_method, question_quality(judge_scores),
                           cfg.significance_alpha, cfg.min_n_significance, cfg.ttest_min_n, cfg.clarify_must_be_question)
     context.add_output_metadata({"pairs": len(params.trained_pairs()), "rows": out.height,
@@ -292,33 +289,66 @@ def trained_comparison(context: dg.AssetExecutionContext, params: dg.ResourcePar
     return out
 
 
+MAX_PAIRS = 200  # overlapping pairs listed in the check's metadata
+
+
 def held_out_check(ins: dict[str, dg.AssetIn]) -> dg.AssetChecksDefinition:
-    """`held_out_disjoint` on trained_comparison, reading the dialogue inputs the params ask for (asset checks take
-    named inputs only)."""
-    deco = dg.asset_check(asset=trained_comparison, name="held_out_disjoint", blocking=False, additional_ins=ins)
+    """`held_out_disjoint` on trained_comparison (blocking), reading the dialogue inputs the params ask for (asset
+    checks take named inputs only)."""
+    deco = dg.asset_check(asset=trained_comparison, name="held_out_disjoint", blocking=True, additional_ins=ins)
     if "persona_dialogues" in ins:
-        def check(params: dg.ResourceParam[Params], persona_dialogues: pl.DataFrame,
+        def check(params: dg.ResourceParam[Params], embedder: EmbedderResource, persona_dialogues: pl.DataFrame,
                   external_dialogues: pl.DataFrame) -> dg.AssetCheckResult:
-            return held_out_disjoint(params, persona_dialogues=persona_dialogues, external_dialogues=external_dialogues)
+            return held_out_disjoint(params, embedder.encode, persona_dialogues=persona_dialogues,
+                                     external_dialogues=external_dialogues)
     else:
-        def check(params: dg.ResourceParam[Params], external_dialogues: pl.DataFrame) -> dg.AssetCheckResult:
-            return held_out_disjoint(params, external_dialogues=external_dialogues)
+        def check(params: dg.ResourceParam[Params], embedder: EmbedderResource,
+                  external_dialogues: pl.DataFrame) -> dg.AssetCheckResult:
+            return held_out_disjoint(params, embedder.encode, external_dialogues=external_dialogues)
     check.__doc__ = held_out_disjoint.__doc__
     return deco(check)
 
 
-def held_out_disjoint(params: Params, **dialogues: pl.DataFrame) -> dg.AssetCheckResult:
-    """No evaluation query (first user turn, normalized text) occurs in any training export on disk: the compared
-    models are measured on held-out data only."""
+def trained_exports(params: Params) -> dict[str, list[str]]:
+    """Export -> the trained subjects (llm.subjects served from training/<name>) trained on it."""
+    out: dict[str, list[str]] = {}
+    for subject, cfg in params.llm.subjects.items():
+        name = training_name(cfg.model)
+        if name:
+            for ref in trained_on(name):
+                out.setdefault(ref, []).append(subject)
+    return out
+
+
+def held_out_disjoint(params: Params, encode: Callable[[list[str]], np.ndarray],
+                      **dialogues: pl.DataFrame) -> dg.AssetCheckResult:
+    """No evaluation query (first user turn) occurs in any export an evaluated trained model was trained on: not as
+    the same normalized text, not as a near-duplicate (MiniLM cosine >= training.held_out_min_cosine). Fails, naming
+    each overlapping pair, and fails when such an export does not exist (nothing could be checked)."""
     turns = _turns(params, dialogues)
     first = turns.filter(pl.col("turn") == 1).select("dialogue_id", "messages").explode("messages").unnest("messages")
     queries = first.filter(pl.col("role") == "user").group_by("dialogue_id").agg(pl.col("content").first())["content"]
     queries = queries.drop_nulls().to_list()
-    exports = {ref: df for ref in TRAINING_EXPORTS if (df := read_asset(ASSETS_DIR, *ref.split("/"))) is not None}
-    overlap = query_overlap(queries, exports)
-    return dg.AssetCheckResult(passed=sum(overlap.values()) == 0, metadata={
-        "evaluation_queries": len(set(queries)), "exports_checked": len(exports),
-        **{f"overlap_{k.replace('/', '.')}": v for k, v in overlap.items()}})
+    used = trained_exports(params)
+    texts, missing = {}, []
+    for ref, subjects in used.items():
+        try:
+            texts[ref] = export_user_texts(ref, all_rows=ref.startswith("intents/") and params.intents.sweep_train)
+        except MissingExport as err:
+            missing.append(f"{err} (trained on by {', '.join(subjects)})")
+        else:
+            template = model_template(training_name(params.llm.subjects[subjects[0]].model) or "", params)
+            texts[ref] = [template.unwrap(t) for t in texts[ref]]
+    pairs = held_out_overlaps(queries, texts, encode, params.training.held_out_min_cosine)
+    per_export = {ref: int((pairs["export"] == ref).sum()) for ref in used}
+    shown = f" (first {MAX_PAIRS} of {pairs.height})" if pairs.height > MAX_PAIRS else ""
+    return dg.AssetCheckResult(passed=pairs.is_empty() and not missing, metadata={
+        "evaluation_queries": len(set(queries)), "exports_checked": len(texts),
+        "min_cosine": params.training.held_out_min_cosine,
+        "exact_pairs": int((pairs["match"] == "exact").sum()), "near_pairs": int((pairs["match"] == "near").sum()),
+        **{f"overlap_{k.replace('/', '.').replace(':', '.')}": v for k, v in per_export.items()},
+        **({"missing_exports": dg.MetadataValue.json(missing)} if missing else {}),
+        "pairs": dg.MetadataValue.md(f"{shown}\n\n{markdown_table(pairs.head(MAX_PAIRS))}") if pairs.height else "none"})
 
 
 @asset(ins=upstream("evaluation/metric_tables", "evaluation/method_comparison", "evaluation/judge_scores",

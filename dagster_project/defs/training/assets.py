@@ -6,7 +6,9 @@ intents/training_conversations -> intents_tuned (+ one model per sweep percentil
 retrieval/reranker_training + documents -> reranker_finetuned -> reranker_eval        (ClariMM fine-tuned baseline)
 
 Only the models named in training.models exist as assets. Each returns one row per model folder (trained,
-skipped_unchanged or skipped_no_data with the reason); the folders are assets/training/<model>/."""
+skipped_unchanged or skipped_no_data with the reason; a DPO model whose SFT stage built no model is skipped, never
+trained from the base instead); the folders are assets/training/<model>/. Each LM's training.json records the
+template it was trained on (core/training/template.py), which every evaluation of it uses."""
 
 from pathlib import Path
 from typing import Any
@@ -25,10 +27,10 @@ from dagster_project.core.training.sets import (
     rerank_candidates,
     reranker_triplets,
 )
-from dagster_project.io.records import InputFileError, iter_records
 from dagster_project.lib.assets import group_asset, upstream
-from dagster_project.lib.lm_training import ADAPTER, LMJob, train_lm
-from dagster_project.lib.model_folder import RESULT_SCHEMA
+from dagster_project.training.lm_training import ADAPTER, LMJob, train_lm
+from dagster_project.training.exports import jsonl_records, model_template
+from dagster_project.training.model_folder import RESULT_SCHEMA, result_row
 from dagster_project.lib.warehouse import ASSETS_DIR
 
 GROUP = "training"
@@ -62,16 +64,6 @@ def _frame_records(df: pl.DataFrame, columns: tuple[str, ...]) -> list[dict[str,
     return df.select(columns).to_dicts() if df.height else []
 
 
-def _jsonl_records(path: str) -> list[dict[str, Any]]:
-    """Every record of an export file; an unparseable line fails the asset naming file and line."""
-    out = []
-    for rec in iter_records(path):
-        if rec.problem:
-            raise InputFileError(path, f"{rec.problem}: {rec.detail}", rec.record, rec.field)
-        out.append(rec.data)
-    return out
-
-
 def _export_rows(exports: pl.DataFrame, name: str) -> tuple[list[dict[str, Any]], str, str | None]:
     """(records, source, why empty) of one double_turn export named in its training_exports table."""
     hit = exports.filter(pl.col("export") == name)
@@ -81,12 +73,12 @@ def _export_rows(exports: pl.DataFrame, name: str) -> tuple[list[dict[str, Any]]
     r = hit.row(0, named=True)
     if not r["written"]:
         return [], source, f"double_turn export {name} not written ({r['reason']})"
-    return _jsonl_records(r["path"]), r["path"], None
+    return jsonl_records(r["path"]), r["path"], None
 
 
 def _lm(params: Params, job: LMJob, why_empty: str | None = None, identical: list[int] | None = None) -> dict:
     """Train one job; an empty export says why, and pairs left out for chosen == rejected are named."""
-    row = train_lm(job, params.training, models_root())
+    row = train_lm(job, params.training.for_model(job.name), models_root())
     if why_empty and row["status"] == "skipped_no_data":
         row["reason"] = why_empty
     elif identical:
@@ -107,7 +99,9 @@ def build(params: Params) -> dg.Definitions:
                         sft_dataset: pl.DataFrame) -> pl.DataFrame:
             """ClariLM SFT: LoRA on (q, r+) in the 'Need clarification' template (completion-only loss)."""
             rows = trl_sft_rows(_frame_records(sft_dataset, ("messages",)), "annotations/sft_dataset")
-            return _emit(context, _table([_lm(params, LMJob("clarilm_sft", "sft", rows, "annotations/sft_dataset"))]))
+            job = LMJob("clarilm_sft", "sft", rows, "annotations/sft_dataset",
+                        template=model_template("clarilm_sft", params).record())
+            return _emit(context, _table([_lm(params, job)]))
         assets.append(clarilm_sft)
 
     if "clarilm_dpo" in enabled:
@@ -129,7 +123,8 @@ def build(params: Params) -> dg.Definitions:
                 for p in params.intents.sweep_percentiles:
                     sets[f"intents_tuned_{percentile_tag(p)}"] = intents_at_percentile(
                         training_conversations, p, params.intents.require_correct)
-            return _emit(context, _table([_lm(params, LMJob(n, "sft", trl_sft_rows(recs, src), src))
+            template = model_template("intents_tuned", params).record()
+            return _emit(context, _table([_lm(params, LMJob(n, "sft", trl_sft_rows(recs, src), src, template=template))
                                           for n, recs in sets.items()]))
         assets.append(intents_tuned)
 
@@ -138,13 +133,29 @@ def build(params: Params) -> dg.Definitions:
     return dg.Definitions(assets=assets)
 
 
+def sft_stage_missing(sft: pl.DataFrame, sft_name: str, dpo_name: str) -> str | None:
+    """Why a DPO model that continues an SFT model cannot be trained (the SFT stage built no model), else None:
+    the chain is then skipped, never silently trained from the base."""
+    r = sft.row(0, named=True) if sft.height else {"status": "missing", "reason": "no row"}
+    if r["status"] in ("trained", "skipped_unchanged"):
+        return None
+    return (f"{dpo_name} continues {sft_name}, which built no model ({r['status']}: {r['reason']}); "
+            f"not trained from the base instead")
+
+
 def _clarilm_dpo(context: dg.AssetExecutionContext, params: Params, dpo_dataset: pl.DataFrame,
                  clarilm_sft: pl.DataFrame | None) -> pl.DataFrame:
     rows, same = trl_dpo_rows(_frame_records(dpo_dataset, ("prompt", "chosen", "rejected")), "annotations/dpo_dataset")
     init = None
-    if clarilm_sft is not None and clarilm_sft["status"][0] in ("trained", "skipped_unchanged"):
+    if clarilm_sft is not None:
+        why = sft_stage_missing(clarilm_sft, "clarilm_sft", "clarilm_dpo")
+        if why:
+            context.log.warning(why)
+            return _emit(context, _table([result_row("clarilm_dpo", "dpo", "skipped_no_data", "annotations/dpo_dataset",
+                                                     len(rows), why)]))
         init = models_root() / "clarilm_sft" / ADAPTER
-    job = LMJob("clarilm_dpo", "dpo", rows, "annotations/dpo_dataset", init)
+    job = LMJob("clarilm_dpo", "dpo", rows, "annotations/dpo_dataset", init,
+                template=model_template("clarilm_dpo", params).record())
     return _emit(context, _table([_lm(params, job, identical=same)]))
 
 
@@ -174,14 +185,14 @@ def _double_turn_asset(asset: Any, name: str, export: str) -> Any:
              training_exports: pl.DataFrame) -> pl.DataFrame:
         records, source, why = _export_rows(training_exports, export)
         rows, same = trl_dpo_rows(records, source)
-        job = LMJob(name, "dpo", rows, f"double_turn/{export}")
+        job = LMJob(name, "dpo", rows, f"double_turn/{export}", template=model_template(name, params).record())
         return _emit(context, _table([_lm(params, job, why, same)]))
 
     return _dpo
 
 
 def _reranker_assets(asset: Any) -> list[Any]:
-    from dagster_project.lib.reranker_training import NAME, train_reranker
+    from dagster_project.training.reranker_training import NAME, train_reranker
 
     @asset(name=NAME, ins=upstream("retrieval/reranker_training", "retrieval/documents"))
     def reranker_finetuned(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
@@ -190,7 +201,7 @@ def _reranker_assets(asset: Any) -> list[Any]:
         texts = _doc_texts(documents)
         rows = reranker_triplets(reranker_training, texts)
         return _emit(context, _table([train_reranker(rows, params.training, models_root(),
-                                                     "retrieval/reranker_training")]))
+                                                     "retrieval/reranker_training", params.embedder.model)]))
 
     @asset(ins=upstream("training/reranker_finetuned", "retrieval/reranker_training", "retrieval/documents"))
     def reranker_eval(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
@@ -198,7 +209,7 @@ def _reranker_assets(asset: Any) -> list[Any]:
                       documents: pl.DataFrame) -> pl.DataFrame:
         """Base vs fine-tuned MiniLM re-ranking each held-out (test-facet) query's candidates (its relevant
         document + BM25 negatives): MRR, P@k, nDCG@k by the retrieval group's trec_eval metrics."""
-        from dagster_project.lib.embedder import encode
+        from dagster_project.llm.embedder import encode
 
         texts = _doc_texts(documents)
         qrels, queries, cands = rerank_candidates(reranker_training, texts, "test")
