@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from dagster_project.config import RoleConfig
-from dagster_project.lib.hf_models import hf_model_dir
-from dagster_project.llm.backends.base import Job
+from dagster_project.llm.hf_models import hf_model_dir
+from dagster_project.llm.backends.base import Job, JobOutput
 from dagster_project.llm.backends.transformers import (
     TransformersBackend,
     engine_options,
@@ -171,3 +171,95 @@ def test_client_keeps_one_transformers_model_resident(tmp_path):
                            ("llamacpp", "x.gguf"), ("llamacpp", "y.gguf"), ("llamacpp", "x.gguf")]:
         client.backend(RoleConfig(backend=backend, model=model))
     assert made == ["a", "b", "a", "x.gguf", "y.gguf"]  # a was dropped when b loaded; llama.cpp models stay
+
+
+def greedy(content: str, max_tokens: int = 3) -> Job:
+    return Job(({"role": "user", "content": content},), {"temperature": 0.0, "top_p": 1.0, "max_tokens": max_tokens,
+                                                          "seed": 0}, [0], None)
+
+
+def test_sampler_frequencies_follow_the_distribution_and_top_p():
+    """Gumbel-max over hashed noise: 4,000 rows (one seed each) in one call draw tokens at their probabilities, and
+    top-p removes the tail (probabilities 0.5/0.3/0.2, top_p 0.6 keeps the first two, renormalised)."""
+    probs = torch.tensor([0.5, 0.3, 0.2])
+    scores = probs.log().expand(4000, 3).clone()
+    picks = row_sampler(list(range(4000)), 1.0, 1.0, "cpu")(None, scores).argmax(-1)
+    freq = torch.bincount(picks, minlength=3).float() / 4000
+    assert torch.allclose(freq, probs, atol=0.03), freq
+    top = row_sampler(list(range(4000)), 1.0, 0.6, "cpu")(None, scores).argmax(-1)
+    freq = torch.bincount(top, minlength=3).float() / 4000
+    assert freq[2] == 0 and abs(freq[0] - 0.625) < 0.03, freq
+    sampler = row_sampler([3, 3], 1.0, 1.0, "cpu")
+    flat = torch.zeros(2, 1000)
+    first, second = sampler(None, flat).argmax(-1), sampler(None, flat).argmax(-1)
+    assert first[0] == first[1] and first[0] != second[0]  # the same seed repeats a draw only at the same step
+
+
+def test_results_keep_request_order_while_rows_are_sorted_by_length(backend: TransformersBackend):
+    prompts = ["Tell me a very long and detailed story about a cat who lived in Paris and loved cheese.", "Hi",
+               "What is the capital of France?", "Why?", "Explain, step by step, how a bicycle gear works."]
+    jobs = [greedy(p) for p in prompts]
+    batched = backend.generate(jobs)
+    alone = [backend.generate([j])[0] for j in jobs]
+    assert [o.tokens_in for o in batched] == [o.tokens_in for o in alone]
+    assert len({o.tokens_in for o in batched}) == len(prompts)  # distinct lengths: the order is really checked
+    assert [o.texts for o in batched] == [o.texts for o in alone]
+
+
+class OutOfMemoryAbove:
+    """A model wrapper whose generate() raises CUDA out-of-memory for batches above `limit` rows."""
+
+    def __init__(self, model, limit: int):
+        self.model, self.limit, self.sizes = model, limit, []
+        self.generation_config = model.generation_config
+
+    def generate(self, input_ids, **kwargs):
+        self.sizes.append(len(input_ids))
+        if len(input_ids) > self.limit:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return self.model.generate(input_ids=input_ids, **kwargs)
+
+
+def test_out_of_memory_halves_the_batch_and_retries(backend: TransformersBackend, monkeypatch):
+    jobs = [greedy(p) for p in ("One?", "Two two?", "Three three three?", "Four four four four?", "Five.", "Six!")]
+    expected = backend.generate(jobs)
+    fake = OutOfMemoryAbove(backend.model, limit=2)
+    monkeypatch.setattr(backend, "model", fake)
+    monkeypatch.setattr(backend, "fit_size", backend.batch_size)
+    outs = backend.generate(jobs)
+    assert not any(o.error for o in outs)
+    assert [o.texts for o in outs] == [o.texts for o in expected]
+    assert fake.sizes == [4, 2, 2, 2] and backend.fit_size == 2  # the halved size is kept for later calls
+    fake.sizes.clear()
+    backend.generate(jobs[:3])
+    assert fake.sizes == [2, 1]
+
+
+def test_out_of_memory_at_one_row_fails_only_that_call_rows(backend: TransformersBackend, monkeypatch):
+    monkeypatch.setattr(backend, "model", OutOfMemoryAbove(backend.model, limit=0))
+    monkeypatch.setattr(backend, "fit_size", backend.batch_size)
+    outs = backend.generate([greedy("One?"), greedy("Two?"), greedy("Three?")])
+    assert all(o.error and o.error.startswith("OutOfMemoryError") for o in outs)
+    assert backend.fit_size == 1
+
+
+def test_client_sends_chunks_of_the_backend_batch_size(backend: TransformersBackend, tmp_path, monkeypatch):
+    """The client sends batch_size requests per generate() call (it used to be a fixed 16, whatever the batch)."""
+    from dagster_project.config import LLMConfig
+    from dagster_project.llm.chat import ChatRequest, Sampling
+    from dagster_project.llm.client import LLMClient
+
+    assert backend.chunk_size == backend.batch_size == 4
+    sizes = []
+
+    def generate(jobs: list[Job]) -> list[JobOutput]:
+        sizes.append(len(jobs))
+        return [JobOutput(texts=["x"] * len(j.sample_indices)) for j in jobs]
+
+    monkeypatch.setattr(backend, "generate", generate)
+    role = RoleConfig(backend="transformers", model="m", engine_kwargs={"batch_size": 4})
+    client = LLMClient(LLMConfig(cache_path=str(tmp_path / "c.sqlite"), roles={"default": role}),
+                       backends={"transformers": lambda cfg: backend})
+    requests = [ChatRequest(({"role": "user", "content": f"q{i}"},), Sampling(max_tokens=2)) for i in range(10)]
+    results = client.chat("default", requests)
+    assert sizes == [4, 4, 2] and all(r.texts == ["x"] for r in results)

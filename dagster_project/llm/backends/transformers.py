@@ -1,15 +1,17 @@
 """Hugging Face transformers in-process: serves a local HF folder, a GGUF alias (converted once) or a trained model
 (`training/<name>`: base + LoRA adapters merged, or its merged `model/`) with batched generation, on CPU or CUDA.
 
-Each sample draws from its own torch.Generator seeded with (request seed + sample index), so a reply does not
-depend on which other requests share its batch: the cache stays reproducible. JSON schemas are not enforced
-(no constrained-decoding library is installed): the schema is appended to the last user message and the task
-layer parses the reply, marking it parse_error when it is not valid JSON.
+Sampling is batched on the device: each row draws Gumbel noise from a counter-based hash of (request seed + sample
+index, step, token), so a reply does not depend on which other requests share its batch (the cache stays
+reproducible) and no Python loop runs per row. A batch that runs out of CUDA memory is halved and retried. JSON
+schemas are not enforced (no constrained-decoding library is installed): the schema is appended to the last user
+message and the task layer parses the reply, marking it parse_error when it is not valid JSON.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections import defaultdict
 from typing import Any
@@ -17,6 +19,8 @@ from typing import Any
 from dagster_project.config import RoleConfig
 from dagster_project.llm.backends.base import Job, JobOutput, short_error
 from dagster_project.llm.trained import ServedModel, served_model
+
+log = logging.getLogger(__name__)
 
 ENGINE_KEYS = {"device", "dtype", "batch_size"}
 SCHEMA_INSTRUCTION = "Reply with only a JSON object that matches this JSON schema:\n{schema}"
@@ -57,7 +61,7 @@ def load_model(served: ServedModel, device: str, dtype: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from dagster_project.lib.hf_models import hf_model_dir
+    from dagster_project.llm.hf_models import hf_model_dir
     from dagster_project.llm.backends.llamacpp import KNOWN_GGUF
 
     spec = served.weights
@@ -75,38 +79,77 @@ def load_model(served: ServedModel, device: str, dtype: str) -> tuple[Any, Any]:
     return model.to(device).eval(), tok
 
 
+_MIX1, _MIX2, _GOLDEN = (int(c, 16) - (1 << 64) for c in ("bf58476d1ce4e5b9", "94d049bb133111eb", "9e3779b97f4a7c15"))
+
+
+def _mix64(x: Any) -> Any:
+    """splitmix64's finaliser on an int64 tensor (wrapping arithmetic; shifts made logical by masking)."""
+    def shr(v: Any, k: int) -> Any:
+        return (v >> k) & ((1 << (64 - k)) - 1)
+
+    x = (x ^ shr(x, 30)) * _MIX1
+    x = (x ^ shr(x, 27)) * _MIX2
+    return x ^ shr(x, 31)
+
+
+def gumbel_noise(seeds: Any, step: int, vocab: int) -> Any:
+    """(rows, vocab) float64 Gumbel(0, 1) noise, a pure function of (row seed, step, token): counter-based, so one
+    kernel serves a whole batch and a row's draws never depend on its neighbours."""
+    import torch
+
+    offset = ((step + 1) * _GOLDEN + (1 << 63)) % (1 << 64) - (1 << 63)  # the product wrapped to int64
+    key = _mix64(_mix64(seeds) + offset)
+    tokens = torch.arange(vocab, device=seeds.device, dtype=torch.int64)
+    bits = _mix64(key[:, None] ^ (tokens[None, :] * _GOLDEN))
+    u = (((bits >> 11) & ((1 << 53) - 1)).double() + 0.5) * 2.0 ** -53  # in (0, 1), 53 random bits
+    return -torch.log(-torch.log(u))
+
+
 def row_sampler(seeds: list[int], temperature: float, top_p: float, device: str) -> Any:
-    """A logits processor that samples every row with its own generator and leaves only the drawn token, so greedy
-    decoding then takes it: a row's draws depend on its seed alone, not on its batch."""
+    """A logits processor that samples every row at once (Gumbel-max over the temperature-scaled, top-p-truncated
+    logits) and leaves only the drawn token, so greedy decoding then takes it."""
     import torch
     from transformers import LogitsProcessor
 
     class RowSampler(LogitsProcessor):
         def __init__(self) -> None:
-            self.generators = [torch.Generator(device=device).manual_seed(s) for s in seeds]
+            self.seeds = torch.tensor(seeds, dtype=torch.int64, device=device)
+            self.step = 0
 
         def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-            probs = torch.softmax(scores.float() / temperature, dim=-1)
+            logits = scores.float() / temperature
             if top_p < 1.0:
-                sorted_p, order = probs.sort(dim=-1, descending=True)
+                sorted_p, order = torch.softmax(logits, dim=-1).sort(dim=-1, descending=True)
                 drop = sorted_p.cumsum(dim=-1) - sorted_p >= top_p  # keep the smallest set reaching top_p
-                probs = probs.scatter(-1, order, sorted_p.masked_fill(drop, 0.0))
-            picks = torch.stack([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, self.generators)])
+                logits = logits.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), float("-inf"))
+            noise = gumbel_noise(self.seeds.to(scores.device), self.step, scores.shape[-1])
+            self.step += 1
+            picks = (logits.double() + noise).argmax(dim=-1, keepdim=True)
             return torch.full_like(scores, float("-inf")).scatter(-1, picks, 0.0)
 
     return RowSampler()
 
 
+def is_out_of_memory(err: BaseException) -> bool:
+    import torch
+
+    return isinstance(err, torch.cuda.OutOfMemoryError)
+
+
 class TransformersBackend:
     """transformers generate() in batches of engine_kwargs.batch_size prompts (left padding, the tokenizer's chat
-    template), n samples per request; greedy requests decode once and copy (samples would be identical)."""
+    template), n samples per request; greedy requests decode once and copy (samples would be identical).
 
-    chunk_size = 16
+    The client sends batch_size requests per call (chunk_size); within a call the rows (requests x samples) are
+    sorted by prompt length, so rows of similar length share a batch. A batch that runs out of CUDA memory is split
+    in half and retried, down to single rows; the smaller size is kept for later calls."""
 
     def __init__(self, cfg: RoleConfig):
         import torch
 
         device, dtype, self.batch_size = engine_options(cfg.engine_kwargs, torch.cuda.is_available())
+        self.chunk_size = self.batch_size
+        self.fit_size = self.batch_size  # the largest batch known to fit in memory (halved on CUDA out-of-memory)
         if cfg.n_threads:
             torch.set_num_threads(cfg.n_threads)
         self.device = device
@@ -133,16 +176,12 @@ class TransformersBackend:
         replies: dict[tuple[int, int], tuple[str, bool, int, int]] = {}
         for (temperature, top_p, max_tokens), rows in groups.items():
             rows.sort(key=lambda r: len(r[2]))  # similar lengths share a batch: less padding
-            for start in range(0, len(rows), self.batch_size):
-                batch = rows[start:start + self.batch_size]
-                try:
-                    done = self._batch([r[2] for r in batch], [r[1] for r in batch], temperature, top_p, max_tokens)
-                except Exception as err:  # noqa: BLE001 - the batch's rows become llm_error rows
-                    for i, _, _ in batch:
-                        outs[i] = JobOutput(error=short_error(err))
-                    continue
+            for batch, done in self._run_rows(rows, temperature, top_p, max_tokens):
                 for (i, seed, _), reply in zip(batch, done):
-                    replies[(i, seed)] = reply
+                    if isinstance(reply, str):
+                        outs[i] = JobOutput(error=reply)
+                    else:
+                        replies[(i, seed)] = reply
         for i, job in enumerate(jobs):
             if outs[i].error:
                 continue
@@ -155,6 +194,38 @@ class TransformersBackend:
                 outs[i].tokens_in += n_in
                 outs[i].tokens_out += n_out
         return outs
+
+    def _run_rows(self, rows: list[tuple[int, int, list[int]]], temperature: float, top_p: float,
+                  max_tokens: int) -> Any:
+        """Yield (batch rows, one reply or error string per row), batches of at most fit_size rows; on CUDA
+        out-of-memory the batch is halved and retried (one row that still does not fit becomes an error row)."""
+        start = 0
+        while start < len(rows):
+            batch = rows[start:start + self.fit_size]
+            try:
+                done: list[Any] = self._batch([r[2] for r in batch], [r[1] for r in batch], temperature, top_p,
+                                              max_tokens)
+            except Exception as err:  # noqa: BLE001 - the batch's rows become llm_error rows
+                if is_out_of_memory(err) and len(batch) > 1:
+                    self._free_memory()
+                    self.fit_size = len(batch) // 2
+                    log.warning("transformers: CUDA out of memory at batch %d, retrying at batch %d",
+                                len(batch), self.fit_size)
+                    continue
+                if is_out_of_memory(err):
+                    self._free_memory()
+                done = [short_error(err)] * len(batch)
+            yield batch, done
+            start += len(batch)
+
+    def _free_memory(self) -> None:
+        import gc
+
+        import torch
+
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     def _batch(self, prompts: list[list[int]], seeds: list[int], temperature: float, top_p: float,
                max_tokens: int) -> list[tuple[str, bool, int, int]]:
