@@ -32,7 +32,7 @@ export TRANSFORMERS_OFFLINE := 1
 install: $(VENV)/.installed $(SMOLLM2_GGUF) dagster-home
 
 # $(DAGSTER_HOME)/dagster.yaml with Dagster's telemetry off, when it is missing or empty (a user's file is kept);
-# the same text as lib/runs.py DAGSTER_YAML, which `clarify materialize` writes
+# the same text as runs/instance.py DAGSTER_YAML, which `clarify materialize` writes
 dagster-home:
 	@mkdir -p $(DAGSTER_HOME)
 	@grep -qs '[^[:space:]]' $(DAGSTER_HOME)/dagster.yaml || printf 'telemetry:\n  enabled: false\n' > $(DAGSTER_HOME)/dagster.yaml
@@ -62,12 +62,14 @@ demo: install
 	clarify summary
 	clarify report
 
+# `exec`: pytest itself gets the SIGTERM / SIGINT that make passes on, and tests/process_guard.py turns it into
+# an interrupt that runs every finaliser, so the servers and subprocesses the tests started stop with it
 test: install
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	exec $(PY) -m pytest -q $(PYTEST_ARGS)
 
 # the fault suite alone (README "Reliability"); `make test` runs it too
 test-faults: install
-	$(PY) -m pytest -q tests/faults $(PYTEST_ARGS)
+	exec $(PY) -m pytest -q tests/faults $(PYTEST_ARGS)
 
 ui: install
 	dagster dev -h 127.0.0.1 -p 3000 -m dagster_project.definitions

@@ -66,7 +66,7 @@ def bench_rerun() -> BenchResult:
     """P1. The embedder is warmed up first so that both runs pay the same (none) model-load cost."""
     import yaml
 
-    from dagster_project.lib.embedder import encode
+    from dagster_project.llm.embedder import encode
 
     res = BenchResult("rerun")
     encode(["warm up the MiniLM encoder"])

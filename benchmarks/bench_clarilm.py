@@ -98,7 +98,7 @@ def bench_question_dedup(sizes: list[int], block: int, tau: float) -> dict[str, 
 
 
 def bench_encode(n: int = 512) -> float:
-    from dagster_project.lib.embedder import encode
+    from dagster_project.llm.embedder import encode
 
     encode(make_questions(64, seed=1))  # load + warm up
     qs = make_questions(n, seed=2)

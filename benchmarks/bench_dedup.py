@@ -97,7 +97,7 @@ def bench_dedup(n_questions: int = 1_000, sizes: tuple[int, int] = (10_000, 50_0
                 tau: float = 0.7, block: int = 2048) -> BenchResult:
     """MiniLM parts run once (seconds each); similar_pairs reports the best of `repeats` untraced runs per size,
     then one more run under tracemalloc for peak memory (its time is kept in the JSON as a cross-check)."""
-    from dagster_project.lib.embedder import encode
+    from dagster_project.llm.embedder import encode
 
     res = BenchResult("dedup")
     # ---- real MiniLM on template questions

@@ -3,7 +3,7 @@
 
 Every run starts from an empty cache, so each pays every call; the runs must end with the same number of rows,
 one per sample generated (usage: samples asked - cache hits), none stored or paid twice. A warm rerun with 4
-processes must add no row. Same machinery for 1 and 4: partition runs in worker processes (lib/parallel.py);
+processes must add no row. Same machinery for 1 and 4: partition runs in worker processes (runs/parallel.py);
 `in_process` is today's default path (`clarify materialize` without --processes), for reference.
 
 concurrency (requests in flight per role and process) is 1 by default: each run then waits on the server, as a
@@ -71,7 +71,7 @@ def bench_parallel(dialogues: int = 40, latency_ms: int = 100, concurrency: int 
     from dagster_project.cli import group_stages
     from dagster_project.config import load_params
     from dagster_project.definitions import build_definitions
-    from dagster_project.lib.parallel import Execution, run_stage
+    from dagster_project.runs.parallel import Execution, run_stage
 
     res = BenchResult("parallel")
     port, back = _free_port(), Path.cwd()

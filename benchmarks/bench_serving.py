@@ -27,7 +27,7 @@ def _jobs():
 
 def bench_serving() -> BenchResult:
     from dagster_project.config import RoleConfig
-    from dagster_project.lib.hf_models import hf_model_dir
+    from dagster_project.llm.hf_models import hf_model_dir
     from dagster_project.llm.backends.transformers import TransformersBackend
 
     res = BenchResult("serving")

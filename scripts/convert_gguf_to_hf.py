@@ -1,5 +1,5 @@
 """Convert a GGUF chat model (default: the embedded SmolLM2-135M-Instruct) into a Hugging Face folder, for vLLM,
-the transformers backend and training (lib/hf_models.py; the training group calls it itself when needed).
+the transformers backend and training (llm/hf_models.py; the training group calls it itself when needed).
 
 vLLM does not read GGUF on CPU, so the weights are dequantized once with transformers (needs `gguf` and
 `accelerate`, in .venv and .venv-vllm) and saved with the tokenizer and its chat template. The optional third
@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dagster_project.lib.hf_models import convert_gguf
+from dagster_project.llm.hf_models import convert_gguf
 
 
 def main(argv: list[str]) -> int:

@@ -1,75 +1,20 @@
-"""dvc.yaml deps cannot drift from the code: every module a stage's group imports (its import closure from
-defs/<group>/, plus the entry point the stage runs) lies under one of the stage's deps, so `dvc repro` never
-skips a stage whose code changed."""
+"""dvc.yaml is generated from the group registry and cannot drift from the code: the committed file equals what
+`clarify dvc-stages` generates, every module a stage's group imports lies under one of the stage's deps, and
+editing one prompt file changes only the stages whose assets use it."""
 
 from __future__ import annotations
 
-import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from dagster_project.config import load_params
+from dagster_project.runs.dvc_stages import closure, code_deps, group_roots
+
 REPO = Path(__file__).resolve().parents[1]
-PACKAGE = "dagster_project"
-GROUPS_PACKAGE = f"{PACKAGE}.defs"
-
-
-def module_file(name: str) -> Path | None:
-    """The file of a project module (package -> its __init__.py), or None outside the project."""
-    if name != PACKAGE and not name.startswith(PACKAGE + "."):
-        return None
-    base = REPO / Path(*name.split("."))
-    for cand in (base.with_suffix(".py"), base / "__init__.py"):
-        if cand.is_file():
-            return cand
-    return None
-
-
-def imported(path: Path, name: str) -> set[str]:
-    """Project modules one file imports (absolute and relative, at any depth of the file)."""
-    is_pkg = path.name == "__init__.py"
-    package = name if is_pkg else name.rsplit(".", 1)[0]
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*parts, base] if base else parts)
-            out.add(base)
-            out.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
-    return {m for m in out if module_file(m) is not None}
-
-
-def closure(roots: list[str], group: str) -> set[Path]:
-    """Files reachable from roots, not following into other groups' defs (definitions.py imports them all)."""
-    seen: set[str] = set()
-    todo = list(roots)
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        if name.startswith(GROUPS_PACKAGE + ".") and name.split(".")[2] not in (group, "quality"):
-            continue
-        todo.extend(imported(module_file(name), name))
-    for name in list(seen):  # importing a.b.c runs a/__init__.py and a/b/__init__.py too
-        parts = name.split(".")
-        seen.update(".".join(parts[:i]) for i in range(1, len(parts)))
-    return {f for n in seen if (f := module_file(n)) is not None
-            and not (n.startswith(GROUPS_PACKAGE + ".") and n.split(".")[2] not in (group, "quality"))}
-
-
-def group_roots(group: str) -> list[str]:
-    folder = REPO / PACKAGE / "defs" / group
-    mods = [f"{GROUPS_PACKAGE}.{group}.{p.stem}" if p.stem != "__init__" else f"{GROUPS_PACKAGE}.{group}"
-            for p in sorted(folder.glob("*.py"))]
-    return [*mods, f"{PACKAGE}.cli", f"{PACKAGE}.definitions"]
-
-
 STAGES = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
 HEADLINE_STAGE = STAGES.pop("metrics")  # not a group: `clarify metrics` reads the groups' tables
 
@@ -78,6 +23,24 @@ def uncovered(files: set[Path], deps: list[str]) -> list[str]:
     dep_paths = [REPO / d for d in deps]
     return sorted(str(f.relative_to(REPO)) for f in files
                   if not any(f == d or d in f.parents for d in dep_paths))
+
+
+def test_committed_dvc_yaml_is_what_the_registry_generates():
+    """`clarify dvc-stages --check` (the CLI a developer runs) passes on the committed file."""
+    r = subprocess.run([sys.executable, "-m", "dagster_project.cli", "dvc-stages", "--check"], cwd=REPO,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_check_fails_on_a_stale_file(tmp_path):
+    from dagster_project.runs.dvc_stages import check_or_write
+
+    stale = tmp_path / "dvc.yaml"
+    stale.write_text((REPO / "dvc.yaml").read_text().replace("clarify materialize logs", "clarify materialize lgs"))
+    ok, message = check_or_write(stale, load_params(REPO / "params.yaml"), check=True)
+    assert not ok and "clarify dvc-stages" in message
+    ok, _ = check_or_write(stale, load_params(REPO / "params.yaml"), check=False)
+    assert ok and stale.read_text() == (REPO / "dvc.yaml").read_text()
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
@@ -89,19 +52,32 @@ def test_stage_deps_cover_the_import_closure(stage):
     assert uncovered(files, spec["deps"]) == [], f"dvc.yaml stage {stage!r} misses deps for these modules"
 
 
-def test_closure_sees_relative_and_package_imports(tmp_path):
+def test_no_stage_depends_on_every_prompt():
+    """Prompts are deps one file at a time, only where a group's assets use them; llm/ code is listed file by file."""
+    prompts = {p.name for p in (REPO / "dagster_project/llm/prompts").glob("*.txt")}
+    for name, spec in STAGES.items():
+        assert "dagster_project/llm" not in spec["deps"] and "dagster_project/llm/prompts" not in spec["deps"], name
+        used = {Path(d).name for d in spec["deps"] if d.startswith("dagster_project/llm/prompts/") and d.endswith(".txt")}
+        assert used < prompts, name
+    users = {p: [n for n, s in STAGES.items() if f"dagster_project/llm/prompts/{p}" in s["deps"]] for p in prompts}
+    assert all(users.values()), f"prompt files no stage uses: {[p for p, u in users.items() if not u]}"
+    assert users["judge_question.txt"] == ["evaluation"]
+
+
+def test_closure_sees_relative_and_package_imports():
     """The closure follows `from pkg import module` and package __init__ files: a drift the test would catch."""
     files = closure(group_roots("facets"), "facets")
     names = {str(f.relative_to(REPO)) for f in files}
     assert "dagster_project/core/clarilm/facets.py" in names
     assert "dagster_project/llm/task.py" in names and "dagster_project/config/llm.py" in names
     assert not any(n.startswith("dagster_project/defs/intents/") for n in names)
-    assert uncovered(files, ["dagster_project/defs", "dagster_project/llm", "dagster_project/lib"]) != []
+    assert uncovered(files, ["dagster_project/defs", "dagster_project/lib"]) != []
+    assert "dagster_project/llm/task.py" in code_deps(files)
 
 
 def test_headline_stage_depends_on_the_package_and_every_group_it_reads():
     """`clarify metrics` is cheap, so its code dep is the whole package; its data deps are the groups it reads."""
-    from dagster_project.lib.headline import SOURCE_GROUPS
+    from dagster_project.reporting.headline import SOURCE_GROUPS
 
     assert HEADLINE_STAGE["cmd"] == "clarify metrics"
     assert "dagster_project" in HEADLINE_STAGE["deps"]

@@ -7,6 +7,7 @@ from typing import Literal, get_args
 from pydantic import Field, model_validator
 
 from dagster_project.config.base import Strict
+from dagster_project.config.names import PERSONA_KEYS, QUERY_SUBTYPE_KEYS
 from dagster_project.config.dedup import DedupSearch
 
 
@@ -62,11 +63,9 @@ class BenchmarkConfig(DedupSearch):
 
     @model_validator(mode="after")
     def _known_names(self) -> BenchmarkConfig:
-        from dagster_project.core.shared.taxonomy import PERSONAS, QUERY_SUBTYPES
-
         for field, names, known in (
-            ("subtypes", self.subtypes, {s.key for s in QUERY_SUBTYPES}),
-            ("personas", self.personas, {p.key for p in PERSONAS}),
+            ("subtypes", self.subtypes, set(QUERY_SUBTYPE_KEYS)),
+            ("personas", self.personas, set(PERSONA_KEYS)),
         ):
             bad = sorted(set(names or []) - known)
             if bad:
@@ -122,9 +121,14 @@ class EvaluationConfig(Strict):
     comparison_turn: int = Field(2, ge=1, description="paper Table 5 compares methods at turn 2")
     agent_method: MethodName = "clarify_agent"
     significance_alpha: float = Field(0.05, gt=0.0, lt=1.0)
-    min_n_significance: int = Field(10, ge=1, description="never mark a difference significant with fewer pairs")
-    ttest_min_n: int = Field(30, ge=2, description="below (or where the t-test is undefined): exact McNemar")
-    clarify_must_be_question: bool = Field(True, description="a clarify reply that is no question counts wrong")
+    min_n_significance: int = Field(10, ge=1, description="never significant with fewer paired queries")
+    ttest_min_n: int = Field(30, ge=2, description="paired queries from which the clustered t-test decides; "
+                                                   "below (or where it is undefined): exact sign-flip test")
+    significance_baselines: list[MethodName] = Field(
+        default_factory=lambda: ["base", "majority_vote", "cot", "intent_sim", "at_cot"],
+        description="the methods agent_method is tested against (Holm-corrected); the others are descriptive only")
+    clarify_must_be_question: bool = Field(False, description="the paper's action-only accuracy (false); true: a "
+                                                              "clarify reply that is no question counts wrong")
     structured_output: bool = Field(False, description="every method replies in JSON; false = the paper's prefixes")
     judge_per_subtype: int = Field(2, ge=0, description="paper: 30")
     judge_pairs: list[list[MethodName]] = Field(default_factory=list)

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
 from dagster_project.config.base import Strict
-
-if TYPE_CHECKING:
-    from dagster_project.core.shared.dedup import AnnSearch
-
 
 class DedupSearch(Strict):
     """How pairs above `dedup_tau` (set per section) are found: exact up to dedup_exact_max, faiss IVF above."""
@@ -19,8 +13,3 @@ class DedupSearch(Strict):
     dedup_exact_max: int = Field(50_000, ge=0)  # up to this many unique texts the exact search runs (O(n^2))
     dedup_ann_k: int = Field(16, gt=0)  # neighbours per row in the approximate search (widened for bigger groups)
     dedup_ann_nprobe: int = Field(16, gt=0)  # IVF cells searched per row: more finds more pairs, linearly slower
-
-    def ann(self) -> AnnSearch:
-        from dagster_project.core.shared.dedup import AnnSearch
-
-        return AnnSearch(self.dedup_exact_max, self.dedup_ann_k, self.dedup_ann_nprobe)

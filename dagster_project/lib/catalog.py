@@ -1,10 +1,12 @@
 """Dagster catalog metadata every stored asset gets (row count, column schema with descriptions, a preview of
-small tables), emitted once by the IO manager so no asset has to. Column descriptions live in columns.yaml."""
+small tables), emitted once by the IO manager so no asset has to. Column descriptions: names shared by every asset
+in lib/columns.yaml, each group's own tables in defs/<group>/columns.yaml (beside the group's assets)."""
 
 from __future__ import annotations
 
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -17,8 +19,17 @@ PREVIEW_MAX_ROWS, PREVIEW_MAX_COLUMNS, PREVIEW_MAX_CHARS = 20, 8, 120
 @cache
 def column_docs() -> tuple[dict[str, str], dict[str, dict[str, str]]]:
     """(descriptions shared by every asset, per-asset overrides keyed '<group>/<asset>') from columns.yaml."""
-    data = yaml.safe_load(resources.files(__package__).joinpath("columns.yaml").read_text(encoding="utf-8"))
-    return dict(data.get("common") or {}), {k: dict(v or {}) for k, v in (data.get("assets") or {}).items()}
+    shared = yaml.safe_load(resources.files(__package__).joinpath("columns.yaml").read_text(encoding="utf-8"))
+    per_asset: dict[str, dict[str, str]] = {}
+    for path in [None, *group_column_files()]:
+        data = shared if path is None else yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        per_asset.update({k: dict(v or {}) for k, v in (data.get("assets") or {}).items()})
+    return dict(shared.get("common") or {}), per_asset
+
+
+def group_column_files() -> list[Path]:
+    """defs/<group>/columns.yaml of every group package (read as data: lib/ imports nothing from defs/)."""
+    return sorted((Path(__file__).resolve().parents[1] / "defs").glob("*/columns.yaml"))
 
 
 def describe(asset: str, column: str) -> str | None:

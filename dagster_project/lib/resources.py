@@ -8,8 +8,8 @@ import dagster as dg
 import numpy as np
 
 from dagster_project.config import LLMConfig, RoleConfig
-from dagster_project.lib.embedder import encode
-from dagster_project.lib.vector_cache import VectorCache
+from dagster_project.llm.embedder import encode, encoder_path
+from dagster_project.llm.vector_cache import VectorCache
 from dagster_project.llm.backends.base import Backend
 from dagster_project.llm.client import DryRun, LLMClient, LLMSession
 
@@ -38,6 +38,11 @@ class EmbedderResource(dg.ConfigurableResource):
     model: str = "all-MiniLM-L6-v2"
     batch_size: int = 64
     cache_path: str | None = None  # params.yaml embedder.cache_path: vectors by content hash (None: no cache)
+
+    def model_path(self) -> str:
+        """The encoder's local folder: every MiniLM user (dedup, Intent-Sim, BERTScore, retrieval, re-ranker
+        training) reaches the model through this resource."""
+        return encoder_path(self.model)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         if self.cache_path is None or not texts:

@@ -8,17 +8,18 @@ import sys
 import polars as pl
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 console = Console()
 
 
 def print_frame(df: pl.DataFrame) -> None:
-    """A rich table, floats with 3 decimals."""
+    """A rich table, floats with 3 decimals; names and values as text (a value '[/bold]' is not rich markup)."""
     table = Table(show_lines=False)
     for c in df.columns:
-        table.add_column(c)
+        table.add_column(Text(c))
     for row in df.iter_rows():
-        table.add_row(*[f"{v:.3f}" if isinstance(v, float) else str(v) for v in row])
+        table.add_row(*[Text(f"{v:.3f}" if isinstance(v, float) else str(v)) for v in row])
     console.print(table)
 
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import dagster as dg
 import duckdb
 import polars as pl
+import psutil
 import pyarrow.parquet as pq
 from tenacity import (
     retry,
@@ -21,7 +22,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from dagster_project.io.writers import atomic_path, write_parquet_atomic
+from dagster_project.io.writers import atomic_path, remove_temp_leftovers, write_parquet_atomic
 from dagster_project.lib.catalog import PREVIEW_MAX_ROWS, table_metadata
 
 ASSETS_DIR = "assets"
@@ -31,6 +32,9 @@ WAREHOUSE = "assets/warehouse.duckdb"
 STORAGE_VERSION = "v1.0.0"
 PARTITION_FILE = "data.parquet"
 LAZY = "lazy"  # AssetIn metadata key: load a partitioned input as {partition key: Parquet path}
+# a partitioned view's files: every Parquet file below the folder except hidden ones (temp files of io.writers,
+# '.<name>.<random>...', of this version or an earlier one whose names ended in .parquet)
+VIEW_GLOB = "**/[!.]*.parquet"
 
 
 def asset_path(base: str | Path, group: str, name: str) -> Path:
@@ -60,10 +64,14 @@ def partition_path(base: str | Path, group: str, name: str, partition_key: str) 
     return partition_dir(base, group, name) / f"{rel}.parquet"
 
 
+def parquet_files(folder: Path, pattern: str = "*.parquet") -> list[Path]:
+    """The Parquet files below ``folder`` whose names match ``pattern``, sorted, without hidden ones (VIEW_GLOB)."""
+    return sorted(p for p in folder.rglob(pattern) if not p.name.startswith(".")) if folder.is_dir() else []
+
+
 def partition_files(base: str | Path, group: str, name: str) -> list[Path]:
     """Every stored partition of an asset (sorted); empty when it is not partitioned or not built."""
-    folder = partition_dir(base, group, name)
-    return sorted(folder.rglob("*.parquet")) if folder.is_dir() else []
+    return parquet_files(partition_dir(base, group, name))
 
 
 def partition_values(folder: Path, file: Path) -> dict[str, str]:
@@ -98,7 +106,7 @@ def migrate_legacy_partitions(folder: Path) -> list[Path]:
     """Move partitions of the old layout (.../<dim>=<v>/<dim>=<v>.parquet, partition columns inside the file) to
     .../<dim>=<v>/<dim>=<v>/data.parquet without them, keeping the file's mtime (prune_stale reads it)."""
     moved = []
-    for old in sorted(folder.rglob("*=*.parquet")) if folder.is_dir() else []:
+    for old in parquet_files(folder, "*=*.parquet"):
         new = old.parent / old.stem / PARTITION_FILE
         if not new.exists():
             df = strip_partition_columns(pl.read_parquet(old), partition_values(folder, new), str(old))
@@ -158,48 +166,86 @@ def open_writable(db_path: str | Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def _view_source(path: Path | list[Path]) -> str:
+    """The FROM clause of a view: one Parquet file, a partition folder (VIEW_GLOB), or a list of partition files."""
+    hive = "union_by_name = true, hive_partitioning = true, hive_types_autocast = false"
+    if isinstance(path, list):
+        files = ", ".join(_sql_str(p.resolve().as_posix()) for p in path)
+        return f"read_parquet([{files}], {hive})"
+    target = path.resolve().as_posix()
+    if path.is_dir():
+        return f"read_parquet({_sql_str(target + '/' + VIEW_GLOB)}, {hive})"
+    return f"read_parquet({_sql_str(target)})"
+
+
 # another process holds the file for the few milliseconds of its own update (partition runs in parallel): retry
 # soon, with jitter so the waiters do not collide again in step
 @retry(retry=retry_if_exception_type(duckdb.IOException), stop=stop_after_delay(60),
        wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
-def register_views(db_path: str | Path, views: dict[str, Path]) -> None:
+def register_views(db_path: str | Path, views: dict[str, Path | list[Path]]) -> None:
     """CREATE OR REPLACE VIEW schema.name over each Parquet path, stored absolute so any client opens the file
     from any working directory (after moving the project, `clarify views` records the new paths).
 
-    A folder (a partitioned asset) becomes a view over the union of every Parquet file below it, matched by
-    column name, with the hive folder names as string columns, so `<group>.<asset>` shows all partitions' rows.
+    A folder (a partitioned asset) becomes a view over the union of every Parquet file below it (VIEW_GLOB),
+    matched by column name, with the hive folder names as string columns, so `<group>.<asset>` shows all
+    partitions' rows; a list of files (rebuild_views, when a folder holds unreadable ones) is a view over those.
     """
     if drop_newer_format(db_path):
         views = {**_assets_on_disk(Path(db_path).parent), **views}
     with open_writable(db_path) as con:
         for qualified, path in views.items():
             schema, name = qualified.split(".", 1)
-            target = Path(path).resolve().as_posix()
-            source = f"read_parquet({_sql_str(target)})"
-            if Path(path).is_dir():
-                source = (f"read_parquet({_sql_str(target + '/**/*.parquet')}, union_by_name = true, "
-                          "hive_partitioning = true, hive_types_autocast = false)")
+            source = _view_source(path if isinstance(path, list) else Path(path))
             con.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             con.execute(f"CREATE OR REPLACE VIEW \"{schema}\".\"{name}\" AS SELECT * FROM {source}")
 
 
 def _assets_on_disk(base: Path) -> dict[str, Path]:
     """'<group>.<asset>' -> its Parquet file or partition folder, for every asset stored under ``base``."""
-    found = {f"{p.parent.name}.{p.stem}": p for p in sorted(base.glob("*/*.parquet"))}
+    found = {f"{p.parent.name}.{p.stem}": p for p in sorted(base.glob("*/*.parquet")) if not p.name.startswith(".")}
     for folder in sorted(base.glob("*/*/")):
-        if folder.is_dir() and f"{folder.parent.name}.{folder.name}" not in found and any(folder.rglob("*.parquet")):
+        if folder.is_dir() and f"{folder.parent.name}.{folder.name}" not in found and parquet_files(folder):
             migrate_legacy_partitions(folder)
             found[f"{folder.parent.name}.{folder.name}"] = folder
     return found
 
 
-def rebuild_views(base: str | Path = ASSETS_DIR, db_path: str | Path = WAREHOUSE) -> list[str]:
+def unreadable(files: list[Path]) -> dict[Path, str]:
+    """{file: why} for each of ``files`` whose Parquet footer cannot be read (empty, cut off, not Parquet)."""
+    problems = {}
+    for file in files:
+        try:
+            pq.read_metadata(file)
+        except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+            problems[file] = str(err)
+    return problems
+
+
+def rebuild_views(base: str | Path = ASSETS_DIR, db_path: str | Path = WAREHOUSE,
+                  say: Callable[[str], None] = lambda m: None) -> list[str]:
     """Register a view for every assets/<group>/<asset>.parquet on disk (after `dvc checkout`, say),
-    and for every partitioned asset folder assets/<group>/<asset>/ holding Parquet files."""
-    found = _assets_on_disk(Path(base))
-    if found:
-        register_views(db_path, found)
-    return sorted(found)
+    and for every partitioned asset folder assets/<group>/<asset>/ holding Parquet files. A file that cannot be
+    read is left out (``say`` names it): a folder's view then lists its readable files; an asset with none
+    keeps no new view. Returns the views registered."""
+    views: dict[str, Path | list[Path]] = {}
+    for name, path in _assets_on_disk(Path(base)).items():
+        files = parquet_files(path) if path.is_dir() else [path]
+        bad = unreadable(files)
+        for file, why in bad.items():
+            say(f"skipped {file} (view {name}): not a readable Parquet file: {why}")
+        if not bad:
+            views[name] = path
+        elif len(bad) < len(files):
+            views[name] = [f for f in files if f not in bad]
+    if views:
+        register_views(db_path, views)
+    return sorted(views)
+
+
+def remove_leftover_temp_files(group: str, base: str | Path = ASSETS_DIR) -> list[Path]:
+    """At the start of a run of ``group``: delete the temp files under assets/<group>/ that are older than this
+    process, left by a writer killed between create and rename (a write in flight now keeps its newer file)."""
+    return remove_temp_leftovers(Path(base) / group, psutil.Process().create_time())
 
 
 def prune_stale(group: str, since: float, base: str | Path = ASSETS_DIR, db_path: str | Path = WAREHOUSE) -> list[Path]:
@@ -233,18 +279,36 @@ def _drop_orphan_views(db_path: str | Path, group: str, base: str | Path) -> Non
                 con.execute(f'DROP VIEW "{group}"."{name}"')
 
 
-def connect_readonly(db_path: str | Path = WAREHOUSE, assets_dir: str | Path = ASSETS_DIR) -> duckdb.DuckDBPyConnection:
+# a writer holds the file for the milliseconds of a view update: a reader waits for it rather than failing
+@retry(retry=retry_if_exception_type(duckdb.IOException), stop=stop_after_delay(30),
+       wait=wait_random_exponential(multiplier=0.05, max=1), reraise=True)
+def _open_readonly(db_path: str | Path) -> duckdb.DuckDBPyConnection:
+    return duckdb.connect(str(db_path), read_only=True,
+                          config={"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                                  "allow_community_extensions": False})
+
+
+def connect_readonly(db_path: str | Path = WAREHOUSE, assets_dir: str | Path = ASSETS_DIR,
+                     memory_limit: str | None = None, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     """The warehouse opened read-only and sandboxed: files are reachable only below ``assets_dir`` (the views'
-    Parquet), no extension is installed or loaded, and the configuration is locked so a query cannot undo it."""
+    Parquet), no extension is installed or loaded, nothing spills to disk (a query past ``memory_limit`` fails),
+    and the configuration is locked so a query cannot undo it. ``threads``: DuckDB's worker threads."""
     if not Path(db_path).exists():
         raise FileNotFoundError(f"{db_path} does not exist yet: run `make demo` or materialize some assets first")
-    con = duckdb.connect(str(db_path), read_only=True,
-                         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False,
-                                 "allow_community_extensions": False})
-    # allowed_directories can only be set once the database runs, and must be set before external access is off
-    con.execute("SET allowed_directories = ?", [[str(Path(assets_dir).resolve()) + os.sep]])
-    con.execute("SET enable_external_access = false")
-    con.execute("SET lock_configuration = true")
+    con = _open_readonly(db_path)
+    try:
+        if memory_limit is not None:
+            con.execute("SET memory_limit = ?", [memory_limit])
+        if threads is not None:
+            con.execute("SET threads = ?", [threads])
+        con.execute("SET temp_directory = ''")
+        # allowed_directories can only be set once the database runs, and must be set before external access is off
+        con.execute("SET allowed_directories = ?", [[str(Path(assets_dir).resolve()) + os.sep]])
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
     return con
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from dagster_project.cli import app
 from dagster_project.config import Params
-from dagster_project.lib.preflight import input_paths
+from dagster_project.runs.preflight import input_paths
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from test_cli_metrics import write_tables  # tests/cli/, the tables every headli
 from typer.testing import CliRunner
 
 from dagster_project.cli import app
-from dagster_project.lib.report_index import GROUPS
+from dagster_project.reporting.report_index import GROUPS
 
 
 def _sections(page: str) -> dict[str, str]:
@@ -30,9 +30,11 @@ def test_every_group_gets_a_section_and_unbuilt_ones_say_so(tmp_path, monkeypatc
     write_tables(tmp_path / "assets")
     (tmp_path / "assets/training").mkdir()
     pl.DataFrame({"step": [1, 2], "loss": [2.0, 1.5]}).write_parquet(tmp_path / "assets/training/loss_curve.parquet")
+    (tmp_path / "assets/extra").mkdir()
+    pl.DataFrame({"x": [1]}).write_parquet(tmp_path / "assets/extra/table.parquet")
     page = _report(tmp_path, monkeypatch)
     sec = _sections(page)
-    assert list(sec) == [*GROUPS, "training"]  # pipeline order, then groups found on disk
+    assert list(sec) == [*GROUPS, "extra"]  # registry order, then groups found on disk
     for group in ("benchmark", "questions", "facets"):
         assert "not materialized" in sec[group], group
     for group in ("evaluation", "retrieval", "intents", "double_turn", "logs", "annotations", "training"):

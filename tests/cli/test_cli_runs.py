@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from dagster_project import cli
 from dagster_project.config import parse_params
-from dagster_project.lib.runs import (
+from dagster_project.runs.instance import (
     COMMIT_TAG,
     DAGSTER_YAML,
     DIRTY_TAG,

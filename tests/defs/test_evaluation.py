@@ -344,7 +344,7 @@ def test_missing_external_file_fails_with_its_name(tmp_path, monkeypatch):
 def test_bertscore_with_the_local_minilm():
     """BERTScore-F1 on the MiniLM folder shipped in a PyPI package (no hub download)."""
     from dagster_project.core.shared.metrics import bertscore_f1
-    from dagster_project.lib.embedder import minilm_path
+    from dagster_project.llm.embedder import minilm_path
 
     f = bertscore_f1(["Which city do you mean?", "Which city do you mean?"],
                      ["Which city do you mean?", "Bananas are a yellow fruit."], minilm_path(), 6)

@@ -1,4 +1,4 @@
-"""Evaluation partitions in parallel (lib/parallel.py): worker processes on this machine, then a local Dask cluster
+"""Evaluation partitions in parallel (runs/parallel.py): worker processes on this machine, then a local Dask cluster
 with the subjects on a pool of two servers. The subjects answer over HTTP from a stub that holds every reply until
 both subjects have asked, so the runs only succeed quickly if they ran at the same time."""
 
@@ -20,8 +20,8 @@ from dagster_project.config import load_params
 from dagster_project.core.clarifymt.external import import_dataset
 from dagster_project.definitions import build_definitions
 from dagster_project.io.writers import write_parquet_atomic
-from dagster_project.lib.parallel import Execution, run_stage
-from dagster_project.lib.runs import PID_TAG
+from dagster_project.runs.parallel import Execution, run_stage
+from dagster_project.runs.instance import PID_TAG
 from dagster_project.lib.warehouse import read_asset
 
 DIALOGUES = 3  # x 2 turns, per partition

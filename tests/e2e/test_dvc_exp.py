@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dagster_project.lib.headline import SOURCE_GROUPS
+from dagster_project.reporting.headline import SOURCE_GROUPS
 from tests.cli.test_cli_metrics import write_tables
 from tests.project_support import BIN, make_project
 

@@ -71,7 +71,7 @@ def test_dvc_repro_builds_both_groups_then_skips_and_sweeps(project, monkeypatch
             assert (project / row["folder"] / "training.json").is_file() and row["steps"] == 1
     # the Dagster catalog describes every column of every Parquet file the real run stored (partitions included)
     missing = undocumented_columns(project / "assets")
-    assert not missing, f"columns without a description (add them to dagster_project/lib/columns.yaml): {missing}"
+    assert not missing, f"columns without a description (add them to dagster_project/defs/<group>/columns.yaml): {missing}"
 
     sql = run([str(BIN / "clarify"), "sql", "--csv",
                "select persona, count(*) as n from benchmark.persona_dialogues group by 1 order by 1"], project)

@@ -12,7 +12,7 @@ import dagster as dg
 from typer.testing import CliRunner
 
 from dagster_project.cli import app
-from dagster_project.lib.runs import sweep_orphaned_runs
+from dagster_project.runs.instance import sweep_orphaned_runs
 
 REPO = Path(__file__).resolve().parents[2]
 SLOW_RUN = """

@@ -74,7 +74,7 @@ def test_benchmark_group_emits_row_count_schema_with_descriptions_and_preview(tm
         columns = meta["dagster/column_schema"].schema.columns
         assert [c.name for c in columns] == frame.columns, name
         missing = [c.name for c in columns if not c.description]
-        assert not missing, f"{name}: describe {missing} in dagster_project/lib/columns.yaml"
+        assert not missing, f"{name}: describe {missing} in dagster_project/defs/<group>/columns.yaml"
     assert len(mats["benchmark/taxonomy"]["preview"].records) == 16  # 16 subtypes x 7 columns: shown
     assert "preview" not in mats["benchmark/single_turn_queries"]  # 22 columns: too wide to preview
 

@@ -44,7 +44,7 @@ def _assert_documented(assets_dir: Path, groups: set[str]) -> None:
     stored = {p.relative_to(assets_dir).parts[0] for p in assets_dir.rglob("*.parquet")}
     assert groups <= stored, f"expected Parquet files of {sorted(groups)} under {assets_dir}, found {sorted(stored)}"
     missing = undocumented_columns(assets_dir)
-    assert not missing, f"describe these columns in dagster_project/lib/columns.yaml: {missing}"
+    assert not missing, f"describe these columns in dagster_project/defs/<group>/columns.yaml (or lib/columns.yaml common): {missing}"
 
 
 def test_undocumented_columns_reads_files_daily_and_hive_partitions(tmp_path):

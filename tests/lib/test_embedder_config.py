@@ -6,7 +6,7 @@ import pytest
 
 from dagster_project.config import parse_params
 from dagster_project.definitions import build_definitions
-from dagster_project.lib.embedder import minilm_path
+from dagster_project.llm.embedder import minilm_path
 
 TEXTS = ["Which city do you mean?", "Book a table for two tonight."]
 

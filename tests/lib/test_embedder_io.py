@@ -1,4 +1,4 @@
-"""EmbedderResource (lib/embedder.py): the parts that need no model weights."""
+"""EmbedderResource (llm/embedder.py): the parts that need no model weights."""
 
 from __future__ import annotations
 

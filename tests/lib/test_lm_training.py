@@ -9,8 +9,8 @@ import pytest
 
 from dagster_project.config import TrainingConfig
 from dagster_project.lib import lm_training
-from dagster_project.lib.lm_training import LMJob, train_lm
-from dagster_project.lib.model_folder import unchanged
+from dagster_project.training.lm_training import LMJob, train_lm
+from dagster_project.training.model_folder import unchanged
 
 SYSTEM = "Decide whether the request needs clarification."
 CFG = TrainingConfig.model_validate({
@@ -34,7 +34,7 @@ def _dpo_rows():
 
 @pytest.fixture(scope="module")
 def base():
-    from dagster_project.lib.hf_models import hf_model_dir
+    from dagster_project.llm.hf_models import hf_model_dir
 
     return hf_model_dir("smollm2-135m-instruct")  # `make install` extracts the GGUF: a missing one is a failure
 

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from dagster_project.lib.model_folder import building, folder_fingerprint, touch_tree
+from dagster_project.training.model_folder import building, folder_fingerprint, touch_tree
 
 
 def test_building_swaps_in_whole_and_cleans_a_killed_runs_leftovers(tmp_path):

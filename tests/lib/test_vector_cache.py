@@ -1,4 +1,4 @@
-"""lib/vector_cache.py and the cached EmbedderResource: a text is encoded once per model, across calls and
+"""llm/vector_cache.py and the cached EmbedderResource: a text is encoded once per model, across calls and
 processes' runs; a new model or a new text is encoded; rows come back in input order, duplicates included."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 
 from dagster_project.lib import resources
 from dagster_project.lib.resources import EmbedderResource
-from dagster_project.lib.vector_cache import VectorCache
+from dagster_project.llm.vector_cache import VectorCache
 
 
 def counting_encoder(calls: list[list[str]]):

@@ -11,7 +11,7 @@ from pydantic import ConfigDict, Field
 
 from dagster_project.config import BenchmarkConfig
 from dagster_project.core.clarifymt.external import import_dataset
-from dagster_project.core.shared.dedup import Embed, semantic_dedup
+from dagster_project.core.shared.dedup import Embed, ann_search, semantic_dedup
 from dagster_project.core.shared.taxonomy import QUERY_SUBTYPES, SUBTYPE_BY_KEY, Subtype
 from dagster_project.llm.task import Chat, LLMTask, NonEmpty, Reply, Status
 
@@ -192,7 +192,7 @@ def single_turn_queries(chat: Chat, cfg: BenchmarkConfig, embed: Embed,
     ok = rows.filter(pl.col("status") == Status.OK.value)
     rated = ok.hstack(rate(chat, ok, SUBTYPE_BY_KEY))
     dd = semantic_dedup(rated["query"].to_list(), rated["quality"].fill_null(0).to_list(), embed,
-                        cfg.dedup_tau, cfg.dedup_block, cfg.ann())
+                        cfg.dedup_tau, cfg.dedup_block, ann_search(cfg))
     ids = rated["query_id"]
     rated = rated.with_columns(
         kept=dd.table["kept"], dedup_reason=dd.table["dedup_reason"], similarity=dd.table["similarity"],

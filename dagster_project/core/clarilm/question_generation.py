@@ -17,6 +17,7 @@ from dagster_project.config import QuestionsConfig
 from dagster_project.core.shared.dedup import (
     DEFAULT_ANN,
     AnnSearch,
+    ann_search,
     Embed,
     semantic_dedup,
 )
@@ -196,5 +197,5 @@ def seed_questions_qg(chat: Chat, ql: pl.DataFrame, personas: pl.DataFrame, cfg:
     plan = qg_plan(personas.filter(pl.col("selected")), cfg.n_personas, cfg.questions_per_persona, pool,
                    cfg.icl_demos, (split.keep, split.enrich, split.simplify), cfg.seed)
     rows = transform(chat, generate(chat, plan, cfg.generation_temperature, cfg.seed))
-    out, search = dedup_against(rows, kept, embed, cfg.dedup_tau, cfg.dedup_block, cfg.ann())
+    out, search = dedup_against(rows, kept, embed, cfg.dedup_tau, cfg.dedup_block, ann_search(cfg))
     return out.with_columns(question_id=pl.col("qg_id"), source=pl.lit("generated")), len(pool), search

@@ -18,6 +18,7 @@ from dagster_project.core.clarilm.logs import asks_user
 from dagster_project.core.shared.dedup import (
     DEFAULT_ANN,
     AnnSearch,
+    ann_search,
     Embed,
     semantic_dedup,
 )
@@ -160,7 +161,7 @@ def seed_questions_ql(chat: Chat, raw_logs: pl.DataFrame, cfg: QuestionsConfig,
     ruled = rows.filter(pl.col("rule_reason").is_not_null()).with_columns(reject_reason=pl.col("rule_reason"))
     allrows = pl.concat([judged, skipped, ruled], how="diagonal_relaxed")
     out, search = apply_dedup(allrows, pl.col("reject_reason").is_null(), "question", embed, cfg.dedup_tau,
-                              cfg.dedup_block, ann=cfg.ann())
+                              cfg.dedup_block, ann=ann_search(cfg))
     return out.with_columns(source=pl.lit("log")).drop("rule_reason"), search
 
 

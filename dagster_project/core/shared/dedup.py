@@ -16,6 +16,8 @@ import polars as pl
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from dagster_project.config.dedup import DedupSearch
+
 if TYPE_CHECKING:
     import faiss
 
@@ -84,6 +86,11 @@ class AnnSearch:
 
 
 DEFAULT_ANN = AnnSearch()
+
+
+def ann_search(cfg: DedupSearch) -> AnnSearch:
+    """The search knobs of a params section that dedups (config.dedup.DedupSearch)."""
+    return AnnSearch(cfg.dedup_exact_max, cfg.dedup_ann_k, cfg.dedup_ann_nprobe)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from dagster_project.config.names import PERSONA_KEYS, QUERY_SUBTYPE_KEYS
+
 
 @dataclass(frozen=True)
 class Subtype:
@@ -83,6 +85,9 @@ SUBTYPE_BY_KEY = {s.key: s for s in SUBTYPES}
 PERSONA_BY_KEY = {p.key: p for p in PERSONAS}
 ACTIONS = ("clarify", "answer")
 
+
+if tuple(s.key for s in QUERY_SUBTYPES) != QUERY_SUBTYPE_KEYS or tuple(p.key for p in PERSONAS) != PERSONA_KEYS:
+    raise ImportError("core/shared/taxonomy.py and config/names.py disagree on the subtype or persona keys")
 
 ANSWER_AFTER_ONE_REPLY = frozenset({"precise", "refusal"})
 """Personas whose one reply permits an answer (paper §4.2); the four noisy personas stay noisy in every reply."""

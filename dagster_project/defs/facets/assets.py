@@ -4,6 +4,7 @@ import dagster as dg
 import polars as pl
 
 from dagster_project.config import Params
+from dagster_project.core.shared.dedup import ann_search
 from dagster_project.core.clarilm.facets import (
     fm_llm,
     fm_log,
@@ -51,7 +52,7 @@ def facet_candidates(context: dg.AssetExecutionContext, params: dg.ResourceParam
     """F(x) = dedup(F_log(x) U F_llm(x)): semantic dedup per question; kept facets keep origin and merged origins."""
     cfg = params.facets
     out, dedup = fuse(facet_candidates_log, facet_candidates_llm, embedder.encode, cfg.dedup_tau, cfg.dedup_block,
-                      cfg.ann())
+                      ann_search(cfg))
     kept = out.filter(pl.col("kept"))
     context.add_output_metadata({
         "input_facets": out.height, "kept": kept.height, "questions": kept["question_id"].n_unique(),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,20 +15,16 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
+from dagster_project.defs.registry import GROUPS as REGISTRY
 from dagster_project.io.writers import atomic_path
-from dagster_project.lib.headline import (
-    ANSWER_SET_METRICS,
-    CLARILM_ASSETS,
-    INTENT_METRICS,
-)
-from dagster_project.lib.warehouse import ASSETS_DIR, read_asset
+from dagster_project.lib.warehouse import ASSETS_DIR
+from dagster_project.reporting.transcripts import transcript_pages
 
 INDEX_FILE = "index.html"
 EVALUATION_REPORT = "evaluation/report/report.html"  # relative to the assets folder, like the index itself
 MAX_ROWS = 25  # per headline table; the warehouse holds the rest
-# every group that writes tables, in pipeline order; folders of other groups found under assets/ follow
-GROUPS = ("benchmark", "evaluation", "double_turn", "intents", "retrieval", "logs", "questions", "facets",
-          "annotations")
+# every registered group, in pipeline order; folders of other groups found under assets/ follow
+GROUPS = tuple(g.name for g in REGISTRY)
 
 
 @dataclass
@@ -56,57 +51,9 @@ def asset_rows(base: str | Path, group: str) -> pl.DataFrame:
     return pl.DataFrame(out, schema={"asset": pl.Utf8, "rows": pl.Int64, "partitions": pl.Int64, "updated": pl.Utf8})
 
 
-def _pick(t: pl.DataFrame | None, keys: list[str], metric: Callable[[str], bool],
-          only: tuple[str, str] | None = None) -> pl.DataFrame | None:
-    """The key columns that exist, then the metric columns; with `only` = (column, value), those rows only."""
-    if t is None or t.is_empty():
-        return None
-    if only is not None and only[0] in t.columns:
-        t = t.filter(pl.col(only[0]) == only[1])
-    return t.select([c for c in keys if c in t.columns] + [c for c in t.columns if c not in keys and metric(c)])
-
-
-def _clarilm_stages(base: str | Path, group: str) -> pl.DataFrame | None:
-    """Rows and pass rate (share kept, else share status ok) of the group's ClariLM stage assets that exist."""
-    rows = []
-    for name in (n for g, n in CLARILM_ASSETS if g == group):
-        t = read_asset(base, group, name)
-        if t is None:
-            continue
-        rate = (t["kept"].cast(pl.Float64).mean() if "kept" in t.columns
-                else (t["status"] == "ok").cast(pl.Float64).mean() if "status" in t.columns else None)
-        rows.append({"asset": name, "rows": t.height, "pass_rate": rate})
-    return pl.DataFrame(rows, schema={"asset": pl.Utf8, "rows": pl.Int64, "pass_rate": pl.Float64}) if rows else None
-
-
 def headlines(base: str | Path, group: str) -> list[tuple[str, pl.DataFrame | None]]:
-    """The group's headline tables (the sources `clarify metrics` reads); None where that table is not built."""
-    def read(name: str) -> pl.DataFrame | None:
-        return read_asset(base, group, name)
-
-    if group == "evaluation":
-        return [("accuracy over all turns (method_comparison)", _pick(
-            read("method_comparison"), ["dataset", "subject", "method", "n"],
-            lambda c: c in ("accuracy", "accuracy_ci_low", "accuracy_ci_high", "macro_f1", "calls_per_turn"),
-            ("scope", "all_turns")))]
-    if group == "benchmark":
-        return [("validation round (annotation_agreement)", _pick(
-            read("annotation_agreement"), ["path", "validated_rows", "valid"],
-            lambda c: c.startswith("removed_") or c in ("observed_agreement", "kappa", "pearson_r")))]
-    if group == "retrieval":
-        return [("overall ranking quality (retrieval_metrics)", _pick(
-            read("retrieval_metrics"), ["ranker", "input", "modality", "n_queries"],
-            lambda c: c == "mrr" or c.startswith(("ndcg_at_", "p_at_")), ("breakdown", "overall")))]
-    if group == "intents":
-        return [("intent classification (intent_eval)", _pick(read("intent_eval"), ["subject"],
-                                                               lambda c: c in INTENT_METRICS))]
-    if group == "double_turn":
-        return [("answer-set F1 (answer_set_eval)", _pick(read("answer_set_eval"), ["subject", "system"],
-                                                          lambda c: c in ANSWER_SET_METRICS))]
-    if any(g == group for g, _ in CLARILM_ASSETS):
-        return [("ClariLM stages: rows and pass rate (share kept, else share status ok)",
-                 _clarilm_stages(base, group))]
-    return []
+    """The group's headline tables (its registry entry's), None where that table is not built."""
+    return next((g.headlines(Path(base)) for g in REGISTRY if g.name == group), [])
 
 
 def sections(base: str | Path = ASSETS_DIR) -> list[Section]:
@@ -120,6 +67,9 @@ def sections(base: str | Path = ASSETS_DIR) -> list[Section]:
         s = Section(group, rows, [(cap, t) for cap, t in headlines(base, group) if t is not None])
         if group == "evaluation" and (Path(base) / EVALUATION_REPORT).exists():
             s.links.append(("full evaluation report (plots, per-persona and per-subtype tables)", EVALUATION_REPORT))
+        if group == "evaluation":
+            s.links += [(f"transcripts of {p.stem}: every dialogue, turn by turn, with each method's reply",
+                         p.relative_to(base).as_posix()) for p in transcript_pages(base)]
         out.append(s)
     return out
 

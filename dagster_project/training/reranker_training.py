@@ -12,9 +12,9 @@ from typing import Any
 
 from dagster_project.config import TrainingConfig
 from dagster_project.core.training.formats import data_sha256
-from dagster_project.lib.embedder import minilm_path
-from dagster_project.lib.lm_training import device_and_dtype, loss_callback
-from dagster_project.lib.model_folder import (
+from dagster_project.llm.embedder import encoder_path
+from dagster_project.training.lm_training import device_and_dtype, loss_callback
+from dagster_project.training.model_folder import (
     LOSS_CURVE,
     building,
     folder_fingerprint,
@@ -28,7 +28,7 @@ NAME = "reranker_finetuned"
 
 
 def _train(rows: list[dict[str, str]], cfg: TrainingConfig, device: str, out: Path,
-           curve: list[dict[str, Any]]) -> dict[str, Any]:
+           curve: list[dict[str, Any]], base: str) -> dict[str, Any]:
     from datasets import Dataset
     from sentence_transformers import (
         SentenceTransformer,
@@ -40,7 +40,7 @@ def _train(rows: list[dict[str, str]], cfg: TrainingConfig, device: str, out: Pa
 
     set_seed(cfg.seed)
     r = cfg.reranker
-    model = SentenceTransformer(minilm_path(), device=device)
+    model = SentenceTransformer(base, device=device)
     model.max_seq_length = r.max_length
     cols = ["anchor", "positive", "negative"] if all(x["negative"] for x in rows) else ["anchor", "positive"]
     data = Dataset.from_list([{c: x[c] for c in cols} for x in rows])
@@ -61,8 +61,10 @@ def _train(rows: list[dict[str, str]], cfg: TrainingConfig, device: str, out: Pa
             "columns": cols}
 
 
-def train_reranker(rows: list[dict[str, str]], cfg: TrainingConfig, root: Path, data_asset: str) -> dict[str, Any]:
-    """Train into root/reranker_finetuned/ (or skip: no rows, or nothing changed); returns its result row."""
+def train_reranker(rows: list[dict[str, str]], cfg: TrainingConfig, root: Path, data_asset: str,
+                   encoder: str = "all-MiniLM-L6-v2") -> dict[str, Any]:
+    """Train `encoder` (params.yaml embedder.model) into root/reranker_finetuned/ (or skip: no rows, or nothing
+    changed); returns its result row."""
     import sentence_transformers
     import torch
     import transformers
@@ -73,8 +75,8 @@ def train_reranker(rows: list[dict[str, str]], cfg: TrainingConfig, root: Path, 
                           f"{data_asset} has no kept train-split rows: no model folder written")
     device, _ = device_and_dtype(cfg)
     sha = data_sha256(rows)
-    base = minilm_path()
-    config = {"kind": "bi_encoder", "base_model": "all-MiniLM-L6-v2", "device": device, "seed": cfg.seed,
+    base = encoder_path(encoder)
+    config = {"kind": "bi_encoder", "base_model": encoder, "device": device, "seed": cfg.seed,
               "reranker": cfg.reranker.model_dump(), "loss": "MultipleNegativesRankingLoss",
               "base_fingerprint": folder_fingerprint(Path(base))}
     kept = unchanged(folder, config, sha, ("config.json", LOSS_CURVE))
@@ -85,7 +87,7 @@ def train_reranker(rows: list[dict[str, str]], cfg: TrainingConfig, root: Path, 
     t0 = time.monotonic()
     curve: list[dict[str, Any]] = []
     with building(folder) as tmp:
-        stats = _train(rows, cfg, device, tmp, curve)
+        stats = _train(rows, cfg, device, tmp, curve, base)
         meta = {"name": NAME, "kind": "bi_encoder", "base_model": base, "base_fingerprint": config["base_fingerprint"],
                 "config": config, "data": {"asset": data_asset, "rows": len(rows), "sha256": sha},
                 "final_loss": curve[-1]["loss"] if curve else None, **stats,

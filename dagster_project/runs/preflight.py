@@ -12,24 +12,15 @@ import urllib.request
 from pathlib import Path
 
 from dagster_project.config import Params, RoleConfig
+from dagster_project.defs.registry import GROUPS
 
 GLOB_CHARS = frozenset("*?[")
 
 
 def input_paths(p: Params) -> list[tuple[str, str, str]]:
-    """(group, dotted params key, path or glob) of every input file the params name; unset optional ones left out."""
-    out = [("benchmark", "benchmark.annotations_path", p.benchmark.annotations_path)]
-    if p.benchmark.seed_dataset is not None:
-        out += [("benchmark", "benchmark.seed_dataset.path", p.benchmark.seed_dataset.path)]
-    out += [("evaluation", f"evaluation.external.{name}.path", ds.path) for name, ds in p.evaluation.external.items()]
-    out += [("logs", f"logs.paths[{i}]", v) for i, v in enumerate(p.logs.paths)]
-    out += [("questions", "questions.personas_path", p.questions.personas_path)]
-    out += [("questions", f"questions.seed_files[{i}]", v) for i, v in enumerate(p.questions.seed_files)]
-    out += [("double_turn", f"double_turn.inputs[{i}].path", x.path) for i, x in enumerate(p.double_turn.inputs)]
-    out += [("retrieval", f"retrieval.{k}", getattr(p.retrieval, k)) for k in ("qa_path", "documents_path", "qrels_path")]
-    out += [("intents", f"intents.{k}", getattr(p.intents, k))
-            for k in ("dataset", "catalog", "few_shot", "ambiguous_dataset")]
-    return [(group, key, value) for group, key, value in out if value]
+    """(group, dotted params key, path or glob) of every input file the registered groups read (defs/registry.py);
+    unset optional ones left out."""
+    return [(g.name, key, value) for g in GROUPS for key, value in g.inputs(p) if value]
 
 
 def input_problems(p: Params, group: str | None = None) -> list[str]:

@@ -25,7 +25,7 @@ from typing import Any
 
 import dagster as dg
 
-from dagster_project.lib.runs import process_tags
+from dagster_project.runs.instance import process_tags
 
 # imported once by the fork server (Python's: one per process); every worker and step process is a fork of it,
 # so none pays the ~5 s CPU of importing the project again

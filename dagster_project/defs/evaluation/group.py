@@ -1,0 +1,46 @@
+"""Registry entry of ClarifyMT-Bench's evaluation: predictions per subject x method, judge scores, metric tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from dagster_project.config import Params
+from dagster_project.defs.evaluation import assets
+from dagster_project.lib.groups import GroupSpec
+from dagster_project.lib.headlines import nest, pick
+from dagster_project.lib.warehouse import read_asset
+
+HEADLINE_COLUMNS = ("accuracy", "accuracy_ci_low", "accuracy_ci_high", "macro_f1", "calls_per_turn")
+
+
+def inputs(p: Params) -> list[tuple[str, str]]:
+    return [(f"evaluation.external.{name}.path", ds.path) for name, ds in p.evaluation.external.items()]
+
+
+def headlines(base: Path) -> list[tuple[str, pl.DataFrame | None]]:
+    return [("accuracy over all turns (method_comparison)", pick(
+        read_asset(base, "evaluation", "method_comparison"), ["dataset", "subject", "method", "n"],
+        lambda c: c in HEADLINE_COLUMNS, ("scope", "all_turns")))]
+
+
+def metrics(base: Path) -> dict | None:
+    """Accuracy and ask/answer macro-F1 over all turns per dataset x subject x method (method_comparison)."""
+    t = read_asset(base, "evaluation", "method_comparison")
+    if t is None or t.is_empty() or "scope" not in t.columns:
+        return None
+    t = t.filter(pl.col("scope") == "all_turns")
+    return nest(t.to_dicts(), ["dataset", "subject", "method"], ["accuracy", "macro_f1", "n"]) or None
+
+
+GROUP = GroupSpec(
+    name="evaluation",
+    build=assets.build,
+    params=("llm", "embedder", "quality", "evaluation"),
+    reads=("double_turn", "intents"),  # held_out_disjoint reads the training exports by path
+    inputs=inputs,
+    headlines=headlines,
+    metrics=("evaluation", metrics),
+    doc="ClarifyMT-Bench and external datasets: predictions, judge scores, metric tables, report",
+)

@@ -1,0 +1,1 @@
+"""The run machinery above defs/: group runs, parallel stages, run history and preflight."""
