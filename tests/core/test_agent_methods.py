@@ -257,13 +257,15 @@ def agent_reply(slot_status="unfilled", persona="partial_vague", planner=None):
                                           "status": status, "required": True}]})
         if "persona" in props:
             return json.dumps({"persona": persona, "reason": "r"})
+        if "text" in props:  # the Output module in the structured channel: the baselines' decision schema
+            asks = "clarifying question" in prompt.split("Give \"action\"")[0]
+            return json.dumps({"action": "clarify" if asks else "answer",
+                               "text": "Which city?" if asks else "Here is a plan."})
         if "action" in props:
             if planner is not None:
                 return planner(prompt)
             return json.dumps({"action": "answer" if "(RSC): yes" in prompt else "clarify",
                                "target_slot": "city", "reason": "r"})
-        if "text" in props:
-            return json.dumps({"text": "Which city?" if "clarifying question" in prompt else "Here is a plan."})
         raise AssertionError(props)
     return reply
 
@@ -448,8 +450,10 @@ def test_reply_schemas_are_the_hand_written_ones():
                                                      "target_slot": {**s, "maxLength": 40},
                                                      "reason": {**s, "maxLength": 160}},
                     "required": ["action", "target_slot", "reason"]},
-        "output": {"type": "object", "properties": {"text": {**s, "minLength": 2, "maxLength": 300}},
-                   "required": ["text"]},
+        # the Output module decides with the baselines' decision schema (issue 27.1: one channel for every method)
+        "output": {"type": "object", "properties": {"action": {"type": "string", "enum": ["clarify", "answer"]},
+                                                    "text": {**s, "minLength": 1, "maxLength": 400}},
+                   "required": ["action", "text"]},
     }
     for module, schema in old.items():
         assert TASKS[module].schema == schema, module

@@ -72,15 +72,16 @@ def test_agent_planner_fallback_is_a_recorded_step_error_not_a_silent_ok():
     assert p.protocol_ok == pytest.approx(3 / 4)  # input, perceiver, planner, output replied; the planner failed
 
 
-def test_agent_free_text_output_whose_prefix_contradicts_the_plan_is_a_step_error():
+def test_agent_free_text_output_decides_and_a_reply_without_prefix_is_invalid():
+    """Issue 27.1 (was: a contradicting prefix was only a step error): the Output reply is the decision."""
     inner = agent_reply("unfilled")
 
     def reply(req, i):
-        return "The answer is: Rome is nice." if req.json_schema is None else inner(req, i)
+        return "Rome is nice." if req.json_schema is None else inner(req, i)
 
     [p] = ClarifyAgent(EvaluationConfig()).predict([turn()], Chat(reply))
-    assert p.action == "clarify" and "output" in p.trace["step_errors"] and p.protocol_ok < 1
-    assert p.response == "Rome is nice." and predictions_frame([p])["is_question"].to_list() == [False]
+    assert (p.action, p.status) == ("invalid", "parse_error") and "output" in p.trace["step_errors"]
+    assert p.protocol_ok < 1 and predictions_frame([p])["is_question"].to_list() == [None]
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -117,7 +118,7 @@ def test_method_rows_carry_compliance_question_share_n_and_ci():
                          "persona": ["precise"] * 2, "subtype": ["x"] * 2, "reference_action": ["clarify"] * 2,
                          "action": ["clarify"] * 2, "status": ["ok"] * 2, "is_question": [True, False],
                          "protocol_ok": [1.0, 0.0]})
-    row = evaluation_tables(pred).filter(pl.col("breakdown") == "overall").to_dicts()[0]
+    row = evaluation_tables(pred, clarify_must_be_question=True).filter(pl.col("breakdown") == "overall").to_dicts()[0]
     assert (row["n"], row["accuracy"], row["protocol_compliance"], row["question_share"]) == (2, 0.5, 0.5, 0.5)
     assert row["accuracy_ci_low"] < 0.5 < row["accuracy_ci_high"]
 

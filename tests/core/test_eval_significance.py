@@ -84,4 +84,4 @@ def test_a_method_with_only_failed_rows_stays_with_n_zero():
     assert (overall["n"], overall["llm_errors"], overall["accuracy"]) == (0, 4, None)
     cmp = method_comparison(pred, agent="agent").filter(pl.col("method") == "down")
     assert cmp.height == 2 and cmp["n"].to_list() == [0, 0] and cmp["llm_errors"].to_list() == [4, 4]
-    assert cmp["n_paired"].to_list() == [0, 0] and cmp["significant"].to_list() == [False, False]
+    assert cmp["n_paired"].to_list() == [0, 0] and cmp["significant"].to_list() == [None, None]  # not a baseline

@@ -75,7 +75,7 @@ def test_metric_tables_breakdowns_and_values(pred):
     assert t.columns == ["breakdown", "subject", "method", "persona", "subtype", "turn",
                          "n", "accuracy", "accuracy_ci_low", "accuracy_ci_high", "under_clarification",
                          "over_clarification", "invalid", "not_a_question", "protocol_compliance", "question_share",
-                         "llm_errors", "input_errors"]
+                         "llm_errors", "input_errors", "n_independent", "n_queries"]
     assert set(t["breakdown"].unique().to_list()) == set(BREAKDOWNS) == {
         "overall", "by_turn", "by_persona", "by_subtype", "by_subtype_turn"}
     counts = dict(t.group_by("breakdown").len().iter_rows())

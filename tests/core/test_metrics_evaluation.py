@@ -109,7 +109,8 @@ def test_method_comparison_by_hand():
     assert t2["base"]["under_clarification"] == 0.5 and t2["agent"]["calls_per_turn"] == 5.0
     # paired over the 4 turn-2 rows: d = [0, 0, 1, 1] -> t = 0.5 / (sqrt(1/3) / 2) = sqrt(3)
     assert t2["base"]["p_ttest"] == pytest.approx(2 * stats.t.sf(math.sqrt(3), df=3))
-    assert t2["base"]["p_mcnemar"] == pytest.approx(0.5) and t2["base"]["reference_method"] == "agent"
+    # exact sign-flip test over the 4 dialogues (no query_id: each dialogue is its own cluster): 2 discordant
+    assert t2["base"]["p_sign_flip"] == pytest.approx(0.5) and t2["base"]["reference_method"] == "agent"
     assert t2["agent"]["p_ttest"] is None
     allt = {r["method"]: r for r in cmp.filter(pl.col("scope") == "all_turns").to_dicts()}
     assert allt["agent"]["accuracy"] == pytest.approx(9 / 10) and allt["base"]["accuracy"] == pytest.approx(8 / 10)

@@ -45,3 +45,31 @@ def test_extends_errors_name_the_file(tmp_path):
     with pytest.raises(ParamsError, match=r"(?s)over.yaml: .*benchmark.n_per_subtype"):
         _write(tmp_path / "base.yaml", {})
         load_params(_write(tmp_path / "over.yaml", {"extends": "base.yaml", "benchmark": {"n_per_subtype": 0}}))
+
+
+def _max_chars(schema: dict) -> int:
+    """An upper bound of the characters of any JSON value the schema admits (keys, quotes and separators included)."""
+    t = schema.get("type")
+    if "enum" in schema:
+        return max(len(str(v)) for v in schema["enum"]) + 2
+    if t == "string":
+        return schema["maxLength"] + 2
+    if t == "array":
+        return 2 + schema["maxItems"] * (_max_chars(schema["items"]) + 2)
+    if t == "object":
+        return 2 + sum(len(k) + 4 + _max_chars(v) for k, v in schema["properties"].items())
+    if t in ("boolean", "integer"):
+        return 5
+    raise AssertionError(schema)
+
+
+def test_paper_preset_budgets_leave_no_reply_cut():
+    """Issue 27.3: larger budgets than the demo's, and no agent JSON reply can reach its budget (one token per
+    character is the worst case of any tokenizer)."""
+    from dagster_project.core.clarifymt.agent.modules import TASKS
+
+    demo, paper = load_params(REPO / "params.yaml").evaluation, load_params(REPO / "params.paper.yaml").evaluation
+    for key in ("subject_max_tokens", "reasoning_max_tokens", "agent_max_tokens"):
+        assert getattr(paper, key) >= 1024 and getattr(paper, key) > getattr(demo, key), key
+    for module, task in TASKS.items():
+        assert _max_chars(task.schema) <= paper.agent_max_tokens, module

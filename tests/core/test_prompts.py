@@ -37,7 +37,7 @@ VALUES = {
     "agent_perceiver": dict(request="REQ.", latest="LATEST.", slots="- city: unfilled"),
     "agent_forecaster": dict(dialogue="User: Q?", personas="- precise: P."),
     "agent_planner": dict(dialogue="User: Q?", request="REQ.", slots="- city: unfilled", rsc="RSC-NO",
-                          persona="PERSONA-X", persona_hint="HINT."),
+                          persona="PERSONA-X"),
     "agent_output": dict(dialogue="User: Q?", request="REQ.", instruction="Ask about city."),
     "agent_output_text": dict(dialogue="User: Q?", request="REQ.", instruction="Ask about city."),
     "judge_question": dict(dialogue="User: Q?", reference="REF?", candidate="CAND?"),

@@ -172,7 +172,13 @@ BertScore = Callable[[list[str], list[str]], list[float]]
 def judge_scores(chat: Chat, predictions: pl.DataFrame, messages: pl.DataFrame, cfg: EvaluationConfig,
                  model: str, bertscore: BertScore | None = None) -> pl.DataFrame:
     """Every candidate turn: judge score (sampled items where the method asked; 0 by rule where it did not),
-    token-F1 and BERTScore-F1 (None without `bertscore`) wherever the method asked.
+    token-F1 and BERTScore-F1 (None without `bertscore`) of the method's output on every candidate turn.
+
+    Averaging as ClariLM §4.3: TF and BertScore compare "the model outputs" with the expert-authored clarifying
+    question on every test item that has one, with no condition on what the model decided. So every turn whose
+    reference is a clarifying question is scored, whatever the method replied (its question, its answer, or
+    the text of an invalid reply); an empty output scores 0. `asked` keeps the conditional view (the mean over
+    the turns where the method asked) as an extra column of `question_quality`.
 
     messages: (dataset, dialogue_id, turn, messages) of the evaluated dialogues."""
     cands = candidate_turns(predictions).select(
@@ -198,12 +204,13 @@ def judge_scores(chat: Chat, predictions: pl.DataFrame, messages: pl.DataFrame, 
             r |= {"judged_by": "rule", "score": 0, "status": Status.OK.value, "error": why, "raw_output": None}
         else:
             r |= {"judged_by": None, "score": None, "status": None, "error": None, "raw_output": None}
-        asked = r["asked"]
-        r["token_f1"] = token_f1(r["response"], r["reference_question"]) if asked else None
-    asked_rows = [r for r in rows if r["asked"]]
-    bert = bertscore([r["response"] for r in asked_rows], [r["reference_question"] for r in asked_rows]) \
-        if bertscore is not None and asked_rows else [None] * len(asked_rows)
-    for r, b in zip(asked_rows, bert, strict=True):
+        r["token_f1"] = token_f1(r["response"] or "", r["reference_question"])
+    said = [r for r in rows if (r["response"] or "").strip()]
+    bert = bertscore([r["response"] for r in said], [r["reference_question"] for r in said]) \
+        if bertscore is not None and said else [None] * len(said)
+    for r in rows:
+        r["bertscore_f1"] = 0.0 if bertscore is not None else None  # an empty output scores 0
+    for r, b in zip(said, bert, strict=True):
         r["bertscore_f1"] = b
     schema = {**cands.schema, "sampled": pl.Boolean, "asked": pl.Boolean, "judged_by": pl.Utf8, "score": pl.Int64,
               "status": pl.Utf8, "error": pl.Utf8, "raw_output": pl.Utf8, "token_f1": pl.Float64,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
+from dagster_project.core.clarifymt.validation import ILLUSTRATIVE
 from dagster_project.core.shared.tables import markdown_table
 from dagster_project.core.shared.taxonomy import PERSONAS, SUBTYPES
 from dagster_project.llm.task import Status
@@ -37,18 +38,24 @@ def persona_pivot(tables: pl.DataFrame) -> pl.DataFrame:
 
 
 def question_quality(judge_scores: pl.DataFrame) -> pl.DataFrame:
-    """Per dataset x subject x method: judge score (0-5) on the sample, token-F1 and BERTScore-F1 means."""
+    """Per dataset x subject x method: judge score (0-5) on the sample; token-F1 and BERTScore-F1 as ClariLM §4.3
+    averages them (every turn whose reference is a clarifying question, see judge.judge_scores), and the same two
+    over only the turns where the method asked (`*_asked`)."""
     keys = ["dataset", "subject", "method"]
     if judge_scores.is_empty():
         return pl.DataFrame(schema={**{k: pl.Utf8 for k in keys}, "questions_asked": pl.UInt32,
                                     "judge_n": pl.UInt32, "judge_score": pl.Float64, "token_f1": pl.Float64,
-                                    "bertscore_f1": pl.Float64})
+                                    "bertscore_f1": pl.Float64, "token_f1_asked": pl.Float64,
+                                    "bertscore_f1_asked": pl.Float64})
+    asked = pl.col("asked")
     return judge_scores.group_by(keys).agg(
-        pl.col("asked").sum().cast(pl.UInt32).alias("questions_asked"),
+        asked.sum().cast(pl.UInt32).alias("questions_asked"),
         pl.col("score").is_not_null().sum().cast(pl.UInt32).alias("judge_n"),
         pl.col("score").mean().cast(pl.Float64).alias("judge_score"),
         pl.col("token_f1").mean().alias("token_f1"),
         pl.col("bertscore_f1").mean().alias("bertscore_f1"),
+        pl.col("token_f1").filter(asked).mean().alias("token_f1_asked"),
+        pl.col("bertscore_f1").filter(asked).mean().alias("bertscore_f1_asked"),
     ).sort(keys)
 
 
@@ -90,6 +97,7 @@ def _persona_table(cmp: pl.DataFrame, scope: str, methods: Sequence[str] | None 
         row["calls/turn"] = "" if r["calls_per_turn"] is None else f"{r['calls_per_turn']:.2f}"
         row["protocol"] = _pct(r.get("protocol_compliance"))
         row["is_question"] = _pct(r.get("question_share"))
+        row["truncated"] = _pct(r.get("truncated_share"))
         row["llm_errors"] = r.get("llm_errors")
         rows.append(row)
     return pl.DataFrame(rows)
@@ -97,6 +105,19 @@ def _persona_table(cmp: pl.DataFrame, scope: str, methods: Sequence[str] | None 
 
 def _pct(v: float | None) -> str:
     return "" if v is None else f"{v * 100:.1f}"
+
+
+def _channel_sentence(cmp: pl.DataFrame) -> str:
+    """Which decision channel every method used in this run (evaluation.structured_output)."""
+    if "decision_channel" not in cmp.columns or cmp.is_empty():
+        return ""
+    channels = sorted(cmp["decision_channel"].drop_nulls().unique().to_list())
+    if not channels:
+        return ""
+    words = {"free_text": "free text read by the one protocol parser (\"The answer is\" / \"The clarifying "
+                          "question is\"; ClarifyAgent's Output module included)",
+             "structured": "schema-constrained JSON decisions (ClarifyAgent's Output module included)"}
+    return "Decision channel of every method: " + "; ".join(words.get(c, c) for c in channels) + ". "
 
 
 def _pct_ci(v: float | None, low: float | None, high: float | None) -> str:
@@ -117,21 +138,23 @@ def render_report(inputs: ReportInputs, plots: Sequence[str] = ()) -> str:
     parts = [
         "# ClarifyMT-Bench evaluation report\n",
         f"Evaluated on {sample}. Turns evaluated: {evaluated.height} (excluded for LLM / input errors: "
-        f"{pred.height - evaluated.height}). Accuracy and the other shares are percentages of evaluated turns; "
-        "a reply that does not follow the protocol (invalid) counts as wrong, and so does a clarify reply that is "
-        "no question (not_a_question, when evaluation.clarify_must_be_question). Every accuracy comes with its n "
-        "(persona cells: n in brackets) and a Wilson 95% CI. `protocol` is the share of replies that followed the "
-        "reply format (prefix protocol or JSON, evaluation.structured_output; for ClarifyAgent the share of module "
-        "replies that parsed), `is_question` the share of clarify replies that are questions. `*` marks a persona "
-        f"where {inputs.agent_method} is significantly better than every other method: exact McNemar test where "
-        "the paired t-test is undefined or n < evaluation.ttest_min_n (else the paper's t-test), p < alpha, and "
-        "never with fewer than evaluation.min_n_significance pairs.\n",
+        f"{pred.height - evaluated.height}). {_channel_sentence(cmp)}Accuracy and the other shares are "
+        "percentages of evaluated turns, the paper's action-only accuracy; a reply that does not follow the "
+        "protocol (invalid) counts as wrong; a clarify reply that is no question is counted in `not_a_question` "
+        "and counts wrong only with evaluation.clarify_must_be_question. Turn 1 is the same prompt in the six "
+        "persona dialogues of a query: over all turns it is counted once per query (`n_independent`), and every "
+        "95% CI and paired test is clustered by query (`n_queries`). Every accuracy comes with its n (persona "
+        "cells: n in brackets). `protocol` is the share of replies that followed the reply format, `is_question` "
+        "the share of clarify replies that are questions, `truncated` the share of generations cut at max_tokens. "
+        f"`*` marks a persona where {inputs.agent_method} is significantly better than every baseline "
+        "(evaluation.significance_baselines, ablations excluded) after a Holm correction over the persona x "
+        "baseline cells, with at least evaluation.min_n_significance paired queries.\n",
     ]
-    if "accuracy_by_persona.png" in plots:
-        parts.append("![accuracy by persona](accuracy_by_persona.png)\n")
     parts += [f"## Method x persona at turn {inputs.comparison_turn} (Table 5 layout)\n",
-              markdown_table(_persona_table(cmp, turn_scope, agent=inputs.agent_method)),
-              "## Method x persona over all turns\n",
+              markdown_table(_persona_table(cmp, turn_scope, agent=inputs.agent_method))]
+    if "accuracy_by_persona.png" in plots:  # tables first, the plot of the same numbers second
+        parts.append("![accuracy by persona](accuracy_by_persona.png)\n")
+    parts += ["## Method x persona over all turns\n",
               markdown_table(_persona_table(cmp, "all_turns", agent=inputs.agent_method))]
     ablation = [inputs.agent_method, *sorted(x for x in cmp["method"].unique().to_list()
                                              if x.startswith(inputs.agent_method + "_no_"))] if cmp.height else []
@@ -140,18 +163,26 @@ def render_report(inputs: ReportInputs, plots: Sequence[str] = ()) -> str:
                   markdown_table(_persona_table(cmp, turn_scope, ablation, agent=inputs.agent_method))]
     if cmp.height:
         overall = cmp.filter(pl.col("scope") == "all_turns").select(
-            "dataset", "subject", "method", "n", *_PCT, "llm_errors", "input_errors", "macro_f1", "calls_per_turn")
-        parts += ["## Overall (all turns)\n", markdown_table(overall, plain=["calls_per_turn"])]
+            "dataset", "subject", "method", "n", "n_independent", "n_queries", *_PCT, "llm_errors", "input_errors",
+            "macro_f1", "calls_per_turn", *[c for c in ("truncated_share",) if c in cmp.columns])
+        parts += ["## Overall (all turns; a query's shared turn 1 counted once)\n",
+                  markdown_table(overall, plain=["calls_per_turn", "n_independent"])]
         if "calls_vs_accuracy.png" in plots:
             parts.append("![LLM calls per turn vs accuracy](calls_vs_accuracy.png)\n")
         sig = cmp.filter(pl.col("reference_method").is_not_null()).select(
-            "dataset", "subject", "scope", "method", "reference_method", "n_paired", "diff_vs_reference",
-            "diff_ci_low", "diff_ci_high", "test", "p_value", "significant", "p_ttest", "p_mcnemar",
-            "agent_better_personas")
+            "dataset", "subject", "scope", "method", "reference_method", "n_paired", "n_paired_queries",
+            "diff_vs_reference", "diff_ci_low", "diff_ci_high", "test", "p_value", "p_holm", "correction",
+            "significant", "p_ttest", "p_sign_flip", "agent_better_personas")
+        corrections = sorted({c for c in sig["correction"].drop_nulls().to_list() if c.startswith("holm")})
         parts += [f"## Paired significance: each method vs {inputs.agent_method}\n",
-                  "diff_vs_reference = method accuracy - agent accuracy on the same turns, with a 95% CI "
-                  "(Agresti-Min); `test` names the test whose p_value decides.\n",
-                  markdown_table(sig, plain=["p_value", "p_ttest", "p_mcnemar"])]
+                  "diff_vs_reference = method accuracy - agent accuracy on the same turns, with a 95% CI clustered "
+                  "by query (cluster-robust t interval). `test`: cluster-robust paired t-test (the paper's t-test, "
+                  "turns of one query as one unit) from evaluation.ttest_min_n paired queries on, else an exact "
+                  "sign-flip permutation test of the per-query differences. Only the baselines are tested; "
+                  f"correction: {'; '.join(corrections) or 'none (no baseline in this run)'} (Holm, family-wise "
+                  "alpha). `significant` uses p_holm; ablations and variants show their difference and an "
+                  "unadjusted p only.\n",
+                  markdown_table(sig, plain=["p_value", "p_holm", "p_ttest", "p_sign_flip"])]
     parts += trained_section(inputs.trained)
     errors = pred.group_by("dataset", "subject", "method").agg(
         pl.len().alias("turns"), (pl.col("status") == Status.PARSE_ERROR.value).sum().alias("parse_errors"),
@@ -228,13 +259,22 @@ def _validation_section(agreement: pl.DataFrame | None) -> list[str]:
     if agreement is None or agreement.is_empty():
         return parts + ["_(benchmark/annotation_agreement not built: no generated benchmark in this run)_\n"]
     row = agreement.row(0, named=True)
+    sheet = row["path"] in ("human", "illustrative_sheet")
     source = (f"the filled review sheet `{row['sheet']}` ({row['sheet_rows_matched']} of {row['sheet_rows']} rows "
               f"matched this run's queries, {row['sheet_rows_rejected']} unreadable) plus the automatic filter for "
-              "the rest" if row["path"] == "human" else "the automatic filter only (no filled review sheet)")
-    parts.append(f"Validated with {source}. Kappa and agreement are over the sheet's double-annotated rows; "
-                 "r is between the judge's rating and the annotators' mean rating.\n")
-    cols = ["path", "validated_rows", "valid", "removed_human", "removed_prompt_echo", "removed_low_rating",
-            "removed_off_category", "double_annotated", "observed_agreement", "kappa", "rated", "pearson_r"]
+              "the rest" if sheet else "the automatic filter only (no filled review sheet)")
+    if row["path"] == "illustrative_sheet":
+        parts.append(f"Validated with {source}. **This sheet is the shipped example: {ILLUSTRATIVE}.** Its "
+                     "kappa, agreement and r only show that the round trip works; they measure no human "
+                     "agreement. Fill the exported `review_sheet.csv` and point benchmark.annotations_path at it "
+                     "for an annotation study.\n")
+    else:
+        parts.append(f"Validated with {source}. Kappa and agreement are over the sheet's double-annotated rows "
+                     "(human agreement of the user's annotators); r is between the judge's rating and the "
+                     "annotators' mean rating.\n")
+    cols = ["path", *[c for c in ("labels",) if c in agreement.columns], "validated_rows", "valid", "removed_human",
+            "removed_prompt_echo", "removed_low_rating", "removed_off_category", "double_annotated",
+            "observed_agreement", "kappa", "rated", "pearson_r"]
     return parts + [markdown_table(agreement.select(cols), plain=["observed_agreement", "kappa", "pearson_r"])]
 
 
@@ -244,7 +284,9 @@ def _quality_sections(inputs: ReportInputs, plots: Sequence[str]) -> list[str]:
     if js.is_empty():
         return parts + ["_(no clarify turns with a reference question were evaluated)_\n"]
     parts += ["LLM judge score 0-5 on a per-subtype sample (a method that answers where the reference asks "
-              "scores 0); token-F1 (stopwords removed) and BERTScore-F1 over every question a method asked.\n",
+              "scores 0); token-F1 (stopwords removed) and BERTScore-F1 of the method's output on every turn whose "
+              "reference is a clarifying question, as ClariLM §4.3 averages them (an empty output scores 0); "
+              "`*_asked`: the same over only the turns where the method asked.\n",
               markdown_table(question_quality(js), plain=["judge_score"])]
     by_sub = js.filter(pl.col("score").is_not_null()).group_by("dataset", "subject", "method", "subtype").agg(
         pl.col("score").mean().alias("judge_score"), pl.len().alias("n")).sort("dataset", "subject", "method",
@@ -287,11 +329,15 @@ def _trace_example(pred: pl.DataFrame, agent: str) -> list[str]:
 
 # --------------------------------------------------------------------------- plots
 
+MAX_SERIES = 8  # bars, lines or point groups in one chart; more are split into small multiples
+
+
 def _png(fig) -> bytes:
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")  # keeps a legend placed outside the axes
     plt.close(fig)
     return buf.getvalue()
@@ -302,111 +348,196 @@ def _legend_outside(ax) -> None:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
 
 
-def accuracy_by_turn_figure(by_turn: pl.DataFrame, label: Callable[[dict], str]):
-    """One line per dataset x subject x method over metric_tables' by_turn rows; x ticks are the turns (integers)."""
+@dataclass
+class Panel:
+    """One chart of a small-multiples figure: its title and its series (rows with dataset, subject, method)."""
+
+    title: str
+    rows: list[dict]
+
+    def label(self, r: dict) -> str:
+        """The method alone when the panel holds one subject, else subject/method (the dataset is in the title)."""
+        return r["method"] if len({x["subject"] for x in self.rows}) == 1 else f"{r['subject']}/{r['method']}"
+
+
+def series_panels(rows: Sequence[dict]) -> list[Panel]:
+    """Series split into panels of at most MAX_SERIES: one per dataset; a dataset with more is packed by subject
+    (a subject's series stay together when they fit; a larger subject is cut into even parts)."""
+    panels: list[Panel] = []
+    by_dataset: dict[str, list[dict]] = {}
+    for r in rows:
+        by_dataset.setdefault(r["dataset"], []).append(r)
+    for dataset, part in by_dataset.items():
+        by_subject: dict[str, list[dict]] = {}
+        for r in part:
+            by_subject.setdefault(r["subject"], []).append(r)
+        chunks: list[list[dict]] = []
+        for series in by_subject.values():
+            parts = -(-len(series) // MAX_SERIES)
+            size = -(-len(series) // parts)
+            for i in range(0, len(series), size):
+                piece = series[i:i + size]
+                if chunks and len(chunks[-1]) + len(piece) <= MAX_SERIES and len(series) <= MAX_SERIES:
+                    chunks[-1] += piece
+                else:
+                    chunks.append(list(piece))
+        for i, chunk in enumerate(chunks, start=1):
+            subjects = list(dict.fromkeys(r["subject"] for r in chunk))
+            who = subjects[0] if len(subjects) == 1 else f"{len(subjects)} subjects"
+            more = f" ({i}/{len(chunks)})" if len(chunks) > 1 else ""
+            panels.append(Panel(f"{dataset}: {who}{more}", chunk))
+    return panels
+
+
+def _grid(n: int, width: float = 9.0, height: float = 3.2):
+    """A figure with n stacked axes (one column: each legend sits right of its chart)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for (d, s, meth), g in by_turn.group_by(["dataset", "subject", "method"], maintain_order=True):
-        g = g.sort("turn")
-        ax.plot(g["turn"].to_list(), (g["accuracy"] * 100).to_list(), marker="o",
-                label=label({"dataset": d, "subject": s, "method": meth}))
-    ax.set_xticks(sorted(int(t) for t in by_turn["turn"].drop_nulls().unique()))
-    ax.set(xlabel="turn", ylabel="accuracy (%)", ylim=(0, 100), title="Clarification accuracy by turn")
-    _legend_outside(ax)
+    fig, axes = plt.subplots(n, 1, figsize=(width, height * n), squeeze=False)
+    return fig, list(axes.flat)
+
+
+def accuracy_by_turn_figure(by_turn: pl.DataFrame, label: Callable[[dict], str] | None = None):
+    """Accuracy over the turns, one line per dataset x subject x method, at most MAX_SERIES lines per chart
+    (series_panels); x ticks are the turns (integers). `label` overrides the panel's series labels."""
+    series = [{"dataset": d, "subject": s, "method": m, "frame": g.sort("turn")}
+              for (d, s, m), g in by_turn.group_by(["dataset", "subject", "method"], maintain_order=True)]
+    panels = series_panels(series)
+    fig, axes = _grid(len(panels), 6.5, 3.3)
+    for ax, panel in zip(axes, panels, strict=True):
+        for r in panel.rows:
+            g = r["frame"]
+            ax.plot(g["turn"].to_list(), (g["accuracy"] * 100).to_list(), marker="o",
+                    label=label(r) if label else panel.label(r))
+        ax.set_xticks(sorted(int(t) for t in by_turn["turn"].drop_nulls().unique()))
+        ax.set(xlabel="turn", ylabel="accuracy (%)", ylim=(0, 100),
+               title=f"Clarification accuracy by turn: {panel.title}")
+        _legend_outside(ax)
     return fig
 
 
-def report_plots(inputs: ReportInputs) -> dict[str, bytes]:
-    """PNG bytes by file name: accuracy by persona per method, subtype x turn heatmaps, judge score by
-    subtype, LLM calls per turn vs accuracy, accuracy by turn."""
+def _persona_figure(scope: pl.DataFrame, turn: int):
+    """Tables 5's numbers as grouped bars: personas (and Avg) on x, one bar per method, per panel."""
+    import numpy as np
+
+    keys = list(PERSONA_ABBR)
+    panels = series_panels(scope.to_dicts())
+    fig, axes = _grid(len(panels), 9.0, 3.4)
+    x = np.arange(len(keys) + 1)
+    for ax, panel in zip(axes, panels, strict=True):
+        width = 0.8 / len(panel.rows)
+        for i, r in enumerate(panel.rows):
+            vals = [(r.get(k) if r.get(k) is not None else np.nan) for k in keys] + [r["persona_avg"] or np.nan]
+            ax.bar(x + i * width - 0.4 + width / 2, np.array(vals, dtype=float) * 100, width, label=panel.label(r))
+        ax.set_xticks(x, [*PERSONA_ABBR.values(), "Avg"])
+        ax.set(ylabel="accuracy (%)", ylim=(0, 100), title=f"Accuracy by persona, turn {turn}: {panel.title}")
+        _legend_outside(ax)
+    return fig
+
+
+def _cost_figure(allt: pl.DataFrame):
+    """LLM calls per turn vs accuracy over all turns: one point per method, per panel (n = 0 rows left out)."""
+    rows = [r for r in allt.to_dicts() if r["accuracy"] is not None and r["calls_per_turn"] is not None]
+    panels = series_panels(rows)
+    if not panels:
+        return None
+    fig, axes = _grid(len(panels), 6.5, 3.6)
+    for ax, panel in zip(axes, panels, strict=True):
+        for r in panel.rows:
+            ax.scatter(r["calls_per_turn"], r["accuracy"] * 100, label=panel.label(r))
+        ax.set(xlabel="LLM calls per turn", ylabel="accuracy (%, all turns)", ylim=(0, 100),
+               title=f"Cost vs accuracy: {panel.title}")
+        _legend_outside(ax)
+    return fig
+
+
+def _heatmap_figure(sub: pl.DataFrame, label: Callable[[dict], str]):
+    """Subtype x turn accuracy (Table 4's numbers), one heatmap per dataset x subject x method (at most 12)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    out: dict[str, bytes] = {}
+    groups = list(sub.group_by(["dataset", "subject", "method"], maintain_order=True))[:12]
+    cols = min(3, len(groups))
+    nrows = (len(groups) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.0 * nrows), squeeze=False, layout="constrained")
+    for ax, ((d, s, meth), g) in zip(axes.flat, groups):
+        subtypes = [x for x in SUBTYPE_ORDER if x in set(g["subtype"])] + sorted(
+            set(g["subtype"].drop_nulls()) - set(SUBTYPE_ORDER))
+        turns = sorted(g["turn"].unique().to_list())
+        grid = np.full((len(turns), len(subtypes)), np.nan)
+        for r in g.iter_rows(named=True):
+            if r["subtype"] in subtypes and r["accuracy"] is not None:
+                grid[turns.index(r["turn"]), subtypes.index(r["subtype"])] = r["accuracy"] * 100
+        im = ax.imshow(grid, vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
+        ax.set_xticks(range(len(subtypes)), [x[:4] for x in subtypes], fontsize=6, rotation=60)
+        ax.set_yticks(range(len(turns)), [f"t{t}" for t in turns], fontsize=7)
+        ax.set_title(label({"dataset": d, "subject": s, "method": meth}), fontsize=8)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.axis("off")
+    fig.colorbar(im, ax=axes, shrink=0.6, label="accuracy (%)")
+    return fig
+
+
+def _judge_figure(scored: pl.DataFrame):
+    """Mean judge score by subtype (Figure 3): subtypes on x, one bar per method, per panel."""
+    import numpy as np
+
+    agg = scored.group_by("dataset", "subject", "method", "subtype").agg(pl.col("score").mean())
+    subtypes = [x for x in SUBTYPE_ORDER if x in set(agg["subtype"])] + sorted(
+        set(agg["subtype"].drop_nulls()) - set(SUBTYPE_ORDER))
+    lookup = {(r["dataset"], r["subject"], r["method"], r["subtype"]): r["score"] for r in agg.iter_rows(named=True)}
+    series = agg.select("dataset", "subject", "method").unique().sort("dataset", "subject", "method").to_dicts()
+    panels = series_panels(series)
+    fig, axes = _grid(len(panels), 9.0, 3.4)
+    for ax, panel in zip(axes, panels, strict=True):
+        width = 0.8 / len(panel.rows)
+        for i, r in enumerate(panel.rows):
+            ax.bar(np.arange(len(subtypes)) + i * width - 0.4 + width / 2,
+                   [lookup.get((r["dataset"], r["subject"], r["method"], s), np.nan) for s in subtypes], width,
+                   label=panel.label(r))
+        ax.set_xticks(range(len(subtypes)), subtypes, fontsize=7, rotation=45)
+        ax.set(ylabel="judge score (0-5)", ylim=(0, 5), title=f"Clarifying-question quality by subtype: {panel.title}")
+        _legend_outside(ax)
+    return fig
+
+
+def report_figures(inputs: ReportInputs) -> dict:
+    """Matplotlib figures by file name: accuracy by persona per method, LLM calls per turn vs accuracy, accuracy
+    by turn, subtype x turn heatmaps, judge score by subtype; no chart has more than MAX_SERIES series."""
+    out: dict = {}
     m, cmp = inputs.metric_tables, inputs.method_comparison
-    label = lambda r: r["method"] if cmp["subject"].n_unique() == 1 and cmp["dataset"].n_unique() == 1 \
-        else f"{r['dataset']}/{r['subject']}/{r['method']}"  # noqa: E731
     scope = cmp.filter(pl.col("scope") == f"turn_{inputs.comparison_turn}") if cmp.height else cmp
     if scope.height:
-        keys = list(PERSONA_ABBR)
-        fig, ax = plt.subplots(figsize=(9, 3.8))
-        rows = scope.to_dicts()
-        width = 0.8 / len(rows)
-        x = np.arange(len(keys) + 1)
-        for i, r in enumerate(rows):
-            vals = [(r.get(k) if r.get(k) is not None else np.nan) for k in keys] + [r["persona_avg"] or np.nan]
-            ax.bar(x + i * width - 0.4 + width / 2, np.array(vals, dtype=float) * 100, width, label=label(r))
-        ax.set_xticks(x, [*PERSONA_ABBR.values(), "Avg"])
-        ax.set(ylabel="accuracy (%)", ylim=(0, 100), title=f"Accuracy by persona, turn {inputs.comparison_turn}")
-        _legend_outside(ax)
-        out["accuracy_by_persona.png"] = _png(fig)
+        out["accuracy_by_persona.png"] = _persona_figure(scope, inputs.comparison_turn)
     allt = cmp.filter(pl.col("scope") == "all_turns") if cmp.height else cmp
     if allt.height and allt["calls_per_turn"].is_not_null().any():
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for r in allt.to_dicts():
-            if r["accuracy"] is None or r["calls_per_turn"] is None:  # n = 0 (e.g. a trained model not built)
-                continue
-            ax.scatter(r["calls_per_turn"], r["accuracy"] * 100)
-            ax.annotate(label(r), (r["calls_per_turn"], r["accuracy"] * 100), fontsize=7, xytext=(3, 3),
-                        textcoords="offset points")
-        ax.set(xlabel="LLM calls per turn", ylabel="accuracy (%, all turns)", ylim=(0, 100),
-               title="Cost vs accuracy")
-        out["calls_vs_accuracy.png"] = _png(fig)
+        fig = _cost_figure(allt)
+        if fig is not None:
+            out["calls_vs_accuracy.png"] = fig
     by_turn = m.filter(pl.col("breakdown") == "by_turn")
     if by_turn.height:
-        out["accuracy_by_turn.png"] = _png(accuracy_by_turn_figure(
-            by_turn, lambda r: label(r) if cmp.height else r["method"]))
+        out["accuracy_by_turn.png"] = accuracy_by_turn_figure(by_turn)
     sub = m.filter(pl.col("breakdown") == "by_subtype_turn")
     if sub.height:
-        groups = list(sub.group_by(["dataset", "subject", "method"], maintain_order=True))[:12]
-        cols = min(3, len(groups))
-        nrows = (len(groups) + cols - 1) // cols
-        fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.0 * nrows), squeeze=False,
-                                 layout="constrained")
-        for ax, ((d, s, meth), g) in zip(axes.flat, groups):
-            subtypes = [x for x in SUBTYPE_ORDER if x in set(g["subtype"])] + sorted(
-                set(g["subtype"].drop_nulls()) - set(SUBTYPE_ORDER))
-            turns = sorted(g["turn"].unique().to_list())
-            grid = np.full((len(turns), len(subtypes)), np.nan)
-            for r in g.iter_rows(named=True):
-                if r["subtype"] in subtypes and r["accuracy"] is not None:
-                    grid[turns.index(r["turn"]), subtypes.index(r["subtype"])] = r["accuracy"] * 100
-            im = ax.imshow(grid, vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
-            ax.set_xticks(range(len(subtypes)), [x[:4] for x in subtypes], fontsize=6, rotation=60)
-            ax.set_yticks(range(len(turns)), [f"t{t}" for t in turns], fontsize=7)
-            ax.set_title(meth if cmp.height == 0 else label({"dataset": d, "subject": s, "method": meth}), fontsize=8)
-        for ax in list(axes.flat)[len(groups):]:
-            ax.axis("off")
-        fig.colorbar(im, ax=axes, shrink=0.6, label="accuracy (%)")
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=110)
-        plt.close(fig)
-        out["subtype_turn_heatmap.png"] = buf.getvalue()
+        single = sub["dataset"].n_unique() == 1 and sub["subject"].n_unique() == 1
+        out["subtype_turn_heatmap.png"] = _heatmap_figure(
+            sub, lambda r: r["method"] if single else f"{r['dataset']}/{r['subject']}/{r['method']}")
     js = inputs.judge_scores
     scored = js.filter(pl.col("score").is_not_null()) if js.height else js
     if scored.height:
-        agg = scored.group_by("method", "subtype").agg(pl.col("score").mean())
-        methods = sorted(agg["method"].unique().to_list())
-        subtypes = [x for x in SUBTYPE_ORDER if x in set(agg["subtype"])] + sorted(
-            set(agg["subtype"].drop_nulls()) - set(SUBTYPE_ORDER))
-        fig, ax = plt.subplots(figsize=(9, 3.6))
-        width = 0.8 / len(methods)
-        lookup = {(r["method"], r["subtype"]): r["score"] for r in agg.iter_rows(named=True)}
-        for i, meth in enumerate(methods):
-            ax.bar(np.arange(len(subtypes)) + i * width - 0.4 + width / 2,
-                   [lookup.get((meth, s), np.nan) for s in subtypes], width, label=meth)
-        ax.set_xticks(range(len(subtypes)), subtypes, fontsize=7, rotation=45)
-        ax.set(ylabel="judge score (0-5)", ylim=(0, 5), title="Clarifying-question quality by subtype")
-        _legend_outside(ax)
-        out["judge_by_subtype.png"] = _png(fig)
+        out["judge_by_subtype.png"] = _judge_figure(scored)
     return out
+
+
+def report_plots(inputs: ReportInputs) -> dict[str, bytes]:
+    """PNG bytes by file name of every report_figures figure."""
+    return {name: _png(fig) for name, fig in report_figures(inputs).items()}
 
 
 _IMG = re.compile(r'src="([\w.-]+\.png)"')

@@ -6,6 +6,10 @@ A filled sheet decides its rows (the removals), gives Cohen's kappa between the 
 between the judge's rating and the annotators' mean rating. Rows no sheet decides go through the automatic
 validity filter: a judge rating under a threshold and (optionally) an LLM subtype check. A query that echoes
 the prompt's frame ("A user asked: ...") is removed on either path.
+
+The demo ships a filled example sheet whose labels the project wrote itself: it exercises the round trip but
+is no annotation study. When the sheet given is that file (same path or same bytes), the summary says so
+(path `illustrative_sheet`, `labels` ILLUSTRATIVE); only a user's own sheet is reported as human agreement.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import hashlib
 import random
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -25,6 +30,8 @@ from dagster_project.core.shared.taxonomy import SUBTYPE_BY_KEY, SUBTYPES
 from dagster_project.io.records import Quarantine, read_records
 from dagster_project.llm.task import Chat, LLMTask, Reply, Status
 
+SHIPPED_EXAMPLE = Path(__file__).resolve().parents[3] / "data" / "benchmark" / "review_sheet_example.csv"
+ILLUSTRATIVE = "illustrative labels written by the project, not an annotation study"
 SHEET_COLUMNS = ["item_id", "query_id", "subtype", "source", "query", "clarifying_question", "judge_rating",
                  "keep_1", "keep_2", "rating_1", "rating_2", "note"]
 ANNOTATOR_COLUMNS = {"keep_1": pl.Boolean, "keep_2": pl.Boolean, "rating_1": pl.Float64, "rating_2": pl.Float64}
@@ -221,7 +228,7 @@ def validate(chat: Chat, rows: pl.DataFrame, cfg: ValidationConfig, sheet: Sheet
     return out, summary
 
 
-AGREEMENT_SCHEMA = {"path": pl.Utf8, "sheet": pl.Utf8, "sheet_rows": pl.Int64, "sheet_rows_matched": pl.Int64,
+AGREEMENT_SCHEMA = {"path": pl.Utf8, "sheet": pl.Utf8, "labels": pl.Utf8, "sheet_rows": pl.Int64, "sheet_rows_matched": pl.Int64,
                     "sheet_rows_unmatched": pl.Int64, "sheet_rows_rejected": pl.Int64, "validated_rows": pl.Int64,
                     "decided_by_human": pl.Int64, "decided_automatically": pl.Int64, "valid": pl.Int64,
                     "removed_human": pl.Int64, "removed_prompt_echo": pl.Int64, "removed_low_rating": pl.Int64,
@@ -230,6 +237,30 @@ AGREEMENT_SCHEMA = {"path": pl.Utf8, "sheet": pl.Utf8, "sheet_rows": pl.Int64, "
                     "pearson_r": pl.Float64}
 
 
+def _sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def is_shipped_example(sheet_path: str | None) -> bool:
+    """Whether the sheet is the example shipped in data/ (the same file, or a copy with the same bytes)."""
+    if not sheet_path:
+        return False
+    given = Path(sheet_path).resolve()
+    if given == SHIPPED_EXAMPLE or given.as_posix().endswith("data/benchmark/review_sheet_example.csv"):
+        return True
+    shipped = _sha256(SHIPPED_EXAMPLE)
+    return shipped is not None and _sha256(given) == shipped
+
+
 def agreement_table(summary: dict[str, Any], sheet_path: str | None) -> pl.DataFrame:
-    """The one-row table the report reads: which path, what was removed and why, kappa and r."""
-    return pl.DataFrame([{**summary, "sheet": sheet_path}], schema=AGREEMENT_SCHEMA)
+    """The one-row table the report reads: which path, who labelled the sheet (`labels`: "annotators", or
+    ILLUSTRATIVE for the shipped example, whose path is then `illustrative_sheet`), removals, kappa and r."""
+    row = {**summary, "sheet": sheet_path, "labels": None}
+    if summary.get("path") == "human":
+        illustrative = is_shipped_example(sheet_path)
+        row |= {"labels": ILLUSTRATIVE if illustrative else "annotators",
+                "path": "illustrative_sheet" if illustrative else "human"}
+    return pl.DataFrame([row], schema=AGREEMENT_SCHEMA)

@@ -72,12 +72,114 @@ def paired_significance(correct_a: Sequence[int], correct_b: Sequence[int], ttes
             "p": p_t if use_t else p_m, "diff_ci_low": low, "diff_ci_high": high}
 
 
-def decision_macro_f1(reference: Sequence[str], predicted: Sequence[str]) -> float:
-    """Macro-F1 of ask/answer (ClariLM); an invalid reply is a miss for its reference class."""
+def wilson_interval(p: float, n: float, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a proportion p observed on n (possibly fractional, effective) units."""
+    if n <= 0 or np.isnan(p):
+        return float("nan"), float("nan")
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z / denom * np.sqrt(max(p * (1 - p) / n + z * z / (4 * n * n), 0.0))
+    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
+
+
+def _cluster_sums(values: np.ndarray, weights: np.ndarray, clusters: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-cluster sums of weight * value and of weight, clusters in first-seen order."""
+    index: dict[object, int] = {}
+    ids = np.array([index.setdefault(c, len(index)) for c in clusters], dtype=int)
+    return (np.bincount(ids, weights=weights * values, minlength=len(index)),
+            np.bincount(ids, weights=weights, minlength=len(index)))
+
+
+def clustered_accuracy(correct: Sequence[float], weights: Sequence[float], clusters: Sequence[object],
+                       level: float = 0.95) -> dict[str, float | int]:
+    """Weighted accuracy with a 95% CI that treats the turns of one cluster (a query) as dependent.
+
+    accuracy = sum(w * correct) / sum(w). The CI is Wilson's on the effective sample size n_eff = p(1-p) / v,
+    where v is the cluster-robust (sandwich) variance of the ratio estimator, i.e. the weighted turn count
+    divided by the design effect (Kish); n_eff is kept between the number of clusters and the weighted turn
+    count, and is the number of clusters where p is 0 or 1 (no variance to estimate). With one turn per cluster
+    and unit weights it is exactly the Wilson interval on n.
+    """
+    y, w = np.asarray(correct, dtype=float), np.asarray(weights, dtype=float)
+    if len(y) == 0 or w.sum() <= 0:
+        return {"accuracy": float("nan"), "n_eff": 0.0, "n_clusters": 0, "ci_low": float("nan"),
+                "ci_high": float("nan")}
+    s, wc = _cluster_sums(y, w, clusters)
+    total, g = float(wc.sum()), len(wc)
+    p = float(s.sum() / total)
+    var = float(((s - p * wc) ** 2).sum() / total ** 2)
+    n_eff = float(g) if var <= 0 or p in (0.0, 1.0) else float(np.clip(p * (1 - p) / var, g, total))
+    low, high = wilson_interval(p, n_eff, level)
+    return {"accuracy": p, "n_eff": n_eff, "n_clusters": g, "ci_low": low, "ci_high": high}
+
+
+def clustered_paired_test(correct_a: Sequence[float], correct_b: Sequence[float], weights: Sequence[float],
+                          clusters: Sequence[object], ttest_min_n: int = 30, level: float = 0.95,
+                          n_resamples: int = 9999, seed: int = 0) -> dict[str, float | int | str]:
+    """Paired comparison of two methods on the same turns, with the turns of one cluster (query) dependent.
+
+    mean_diff = weighted accuracy a - weighted accuracy b. p_ttest: cluster-robust paired t-test (the per-cluster
+    contrasts, CR1 sandwich variance, G - 1 degrees of freedom); with one turn per cluster and unit weights it is
+    scipy's ttest_rel. p_sign_flip: sign-flip permutation test of the per-cluster contrasts (scipy
+    permutation_test; exact while 2^G <= n_resamples; with one turn per cluster it is the exact McNemar/sign
+    test). `test` / `p`: the t-test from ttest_min_n clusters where it is defined, else the sign-flip test.
+    diff_ci_*: mean_diff -+ t(G-1) * robust SE (NaN below two clusters).
+    """
+    a, b, w = (np.asarray(x, dtype=float) for x in (correct_a, correct_b, weights))
+    if not (a.shape == b.shape == w.shape):
+        raise ValueError("paired samples and weights must have the same length")
+    nan = float("nan")
+    if len(a) == 0 or w.sum() <= 0:
+        return {"n": 0, "n_clusters": 0, "mean_diff": 0.0, "t": nan, "p_ttest": nan, "p_sign_flip": nan,
+                "test": "none", "p": nan, "diff_ci_low": nan, "diff_ci_high": nan}
+    d, wc = _cluster_sums(a - b, w, clusters)
+    g, total = len(d), float(wc.sum())
+    diff = float(d.sum() / total)
+    resid = d - diff * wc
+    se = float(np.sqrt(g / (g - 1) * (resid ** 2).sum()) / total) if g > 1 else nan
+    if not d.any():
+        t, p_t = 0.0, 1.0
+    elif g < 2 or se == 0:
+        t, p_t = nan, nan
+    else:
+        t = diff / se
+        p_t = float(2 * stats.t.sf(abs(t), g - 1))
+    if d.any() and g >= 2:
+        res = stats.permutation_test((d,), lambda x, axis=-1: np.sum(x, axis=axis), permutation_type="samples",
+                                     vectorized=True, n_resamples=n_resamples, rng=np.random.default_rng(seed))
+        p_s = float(min(1.0, res.pvalue))
+    else:  # no difference, or one cluster (its two sign flips are equally extreme)
+        p_s = 1.0
+    q = float(stats.t.ppf(0.5 + level / 2, g - 1)) if g > 1 else nan
+    low, high = (max(-1.0, diff - q * se), min(1.0, diff + q * se)) if g > 1 else (nan, nan)
+    use_t = g >= ttest_min_n and not np.isnan(p_t)
+    return {"n": len(a), "n_clusters": g, "mean_diff": diff, "t": t, "p_ttest": p_t, "p_sign_flip": p_s,
+            "test": "cluster_ttest" if use_t else "sign_flip", "p": p_t if use_t else p_s,
+            "diff_ci_low": float(low), "diff_ci_high": float(high)}
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error rate); NaN p-values stay NaN and are not counted."""
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(len(p), np.nan)
+    idx = np.flatnonzero(~np.isnan(p))
+    m = len(idx)
+    running = 0.0
+    for rank, i in enumerate(idx[np.argsort(p[idx], kind="stable")]):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out.tolist()
+
+
+def decision_macro_f1(reference: Sequence[str], predicted: Sequence[str],
+                      weights: Sequence[float] | None = None) -> float:
+    """Macro-F1 of ask/answer (ClariLM); an invalid reply is a miss for its reference class; `weights` per turn
+    (e.g. a shared turn counted once)."""
     if not reference:
         return float("nan")
     return float(f1_score(list(reference), list(predicted), labels=["clarify", "answer"], average="macro",
-                          zero_division=0))
+                          zero_division=0, sample_weight=None if weights is None else list(weights)))
 
 
 def content_tokens(text: str | None) -> list[str]:

@@ -78,9 +78,12 @@ def validated_queries(context: dg.AssetExecutionContext, params: dg.ResourcePara
     chat = llm.session(context)
     out, summary = validation.validate(chat, single_turn_queries, cfg.validation, sheet)
     table = validation.agreement_table(summary, cfg.annotations_path)
-    context.add_output_metadata({**chat.usage(), **{k: v for k, v in summary.items() if v is not None}},
+    said = {k: v for k, v in table.row(0, named=True).items() if k in ("path", "labels") and v is not None}
+    if said.get("labels") == validation.ILLUSTRATIVE:
+        context.log.warning(f"benchmark.annotations_path is the shipped example sheet: {validation.ILLUSTRATIVE}")
+    context.add_output_metadata({**chat.usage(), **{k: v for k, v in summary.items() if v is not None}, **said},
                                 output_name="validated_queries")
-    context.add_output_metadata({k: v for k, v in summary.items() if v is not None},
+    context.add_output_metadata({**{k: v for k, v in summary.items() if v is not None}, **said},
                                 output_name="annotation_agreement")
     return out, table
 

@@ -22,12 +22,15 @@ Planner reply cannot be parsed (``decided_by = "rule_fallback"``). An empty slot
 nothing, or its reply was unusable) is unknown, not complete: the rule asks and the Planner sees RSC
 "unknown". Every intermediate is kept per row.
 
-Reply format (evaluation.structured_output): the Output module, whose text the user sees, writes JSON
-{text} when true and free text opening with the response-prefix protocol when false (the paper's
-default, as for every other method); a missing or contradicting prefix is a step error. The four
-internal modules always reply in JSON. Any module reply that fails to parse (and falls back) is a step
-error: the row keeps its decision but says so in `error`, `step_errors`, and protocol_ok (the share of
-the turn's module replies that parsed).
+Decision channel (evaluation.structured_output), the same as every baseline's: the agent's final decision is
+the Output module's reply, which the user sees. With false (the paper's default) it is free text read by the
+one protocol parser ("The answer is" / "The clarifying question is"); with true it is the baselines' JSON
+decision {action, text}. The Planner's choice is the Output's instruction, not the decision: an Output reply
+that breaks the channel makes the turn `invalid` (parse_error, counted wrong), exactly as a baseline's broken
+reply; an Output that decides otherwise than the plan is recorded (`output_vs_plan` in the trace) and its
+decision stands. The four internal modules always reply in JSON; one that fails to parse falls back and is a
+step error, recorded in `error`, `step_errors` and protocol_ok (the share of the turn's module replies that
+parsed).
 """
 
 from __future__ import annotations
@@ -43,10 +46,12 @@ from dagster_project.core.clarifymt.agent.method import (
     DialogueTurn,
     Prediction,
     ask,
+    decision_of,
     transcript,
 )
 from dagster_project.core.clarifymt.agent.modules import (
     MODULES,
+    PERSONA_KEYS,
     OUTPUT_TEXT,
     TASKS,
     observations,
@@ -54,20 +59,29 @@ from dagster_project.core.clarifymt.agent.modules import (
 )
 from dagster_project.core.clarifymt.agent.tracker import Tracker, slot_key
 from dagster_project.core.shared.dedup import Embed
-from dagster_project.core.shared.taxonomy import PERSONAS
-from dagster_project.llm.protocol import parse_decision
 from dagster_project.llm.task import Chat, Outcome, Status
 
 METHOD = "clarify_agent"
 MAX_ASKS_PER_SLOT = 2  # the Planner's rule stops asking about a slot the agent already asked twice
-PERSONA_HINTS = {
-    "precise": "This user gives clear details when asked: an answer is usually possible now.",
-    "refusal": "This user declines to give more detail: asking again rarely helps; answer and state assumptions.",
-    "partial_vague": "This user's replies stay vague: the missing detail is probably still missing.",
-    "off_focus": "This user did not address the question: the missing detail is still missing.",
-    "contradictory": "This user contradicts themselves: resolve the conflict before answering.",
-    "factually_wrong": "This user stated something incorrect: check it with them before answering.",
+USER_TYPES = {
+    # the paper's six persona labels (§6, Forecaster), each glossed by what the reply shows, in the agent's own
+    # words: never the user simulator's persona text, and never what the assistant should do about it
+    "precise": "the response supplies the requested information in clear terms",
+    "partial_vague": "the response is hedged or incomplete and leaves the point open",
+    "off_focus": "the response is about something other than the question it was given",
+    "contradictory": "the response is inconsistent, within itself or with what the user said before",
+    "factually_wrong": "the response states details that are not true",
+    "refusal": "the response declines to provide the requested information",
 }
+
+
+if list(USER_TYPES) != PERSONA_KEYS:
+    raise ImportError("clarify_agent.USER_TYPES must gloss exactly the persona labels, in order")
+
+
+def user_types() -> str:
+    """The Forecaster's list of user types: one '- key: gloss' line each."""
+    return "\n".join(f"- {key}: {gloss}" for key, gloss in USER_TYPES.items())
 
 
 @dataclass(frozen=True)
@@ -79,7 +93,9 @@ class Plan:
 
 
 def rule_plan(tracker: Tracker | None, persona: str | None) -> Plan:
-    """The decision without an LLM Planner: answer if the user refuses or RSC holds, else ask."""
+    """The plan without an LLM Planner, from the paper's description of the Planner (§6: answer when RSC holds or
+    further clarification is unlikely to yield more information): answer when RSC holds, when the Forecaster sees a
+    user who declines to give more, or when every unresolved slot was asked MAX_ASKS_PER_SLOT times; else ask."""
     if persona == "refusal":
         return Plan("answer", None, "the user declines to clarify", "rule")
     if tracker is None or not tracker.slots:
@@ -182,7 +198,7 @@ class ClarifyAgent:
                 continue
             st.pred.protocol_ok = (replies - len(errors)) / replies if replies else None
             if errors:
-                fallback = " (decided by the rule)" if "planner" in errors else ""
+                fallback = " (planned by the rule)" if "planner" in errors else ""
                 st.pred.error = "step errors: " + "; ".join(f"{m}: {e}" for m, e in errors.items()) + fallback
 
     def _input(self, batch: list[_TurnState], chat: Chat) -> None:
@@ -205,8 +221,7 @@ class ClarifyAgent:
                                                "slots": st.tracker.describe()}))
             replied = any(m["role"] == "assistant" for m in st.turn.history)
             if self.use["forecaster"] and replied:
-                jobs.append((st, "forecaster", {"dialogue": st.dialogue, "personas": "\n".join(
-                    f"- {p.key}: {p.behaviour}" for p in PERSONAS)}))
+                jobs.append((st, "forecaster", {"dialogue": st.dialogue, "personas": user_types()}))
             elif self.use["forecaster"]:
                 st.pred.trace["forecaster"] = "skipped: the user has not replied to a question yet"
         for st, module, o in self._send(chat, jobs):
@@ -237,7 +252,7 @@ class ClarifyAgent:
             rsc = ("unknown" if st.tracker is None or not st.tracker.slots else ("yes" if st.tracker.rsc else "no"))
             persona = st.persona or ("unknown" if self.use["forecaster"] else "not available")
             jobs.append((st, "planner", {"dialogue": st.dialogue, "request": st.request, "slots": slots, "rsc": rsc,
-                                         "persona": persona, "persona_hint": PERSONA_HINTS.get(st.persona or "", "")}))
+                                         "persona": persona}))
         for st, _, o in self._send(chat, jobs):
             if not o.ok:
                 st.step_error("planner", o.error)
@@ -270,25 +285,24 @@ class ClarifyAgent:
             st.pred.trace["plan"] = st.plan.__dict__
             jobs.append((st, "output", {"dialogue": st.dialogue, "request": st.request, "instruction": instruction}))
         for st, _, o in self._send(chat, jobs):
-            st.pred.action = st.plan.action
-            st.pred.raw_output = o.raw_output
-            text = self._output_text(st, o)
-            assumptions = st.pred.agent.get("assumptions") or []
-            if text and assumptions:
-                text = f"{text} (Assuming nothing specific about: {', '.join(assumptions)}.)"
-            st.pred.response = text
+            self._decide(st, o)
 
-    def _output_text(self, st: _TurnState, o: Outcome[Any, Any]) -> str | None:
-        """The Output module's message: the JSON field, or the free text after its protocol prefix. An unusable
-        reply, or a prefix that contradicts the plan, is a step error (the plan's decision stands)."""
-        if not o.ok:
-            st.step_error("output", o.error)
-            return None
-        if self.cfg.structured_output:
-            return o.value.text.strip()
-        d = parse_decision(o.value)
+    def _decide(self, st: _TurnState, o: Outcome[Any, Any]) -> None:
+        """The turn's decision is the Output reply's, read like a baseline's reply in the run's channel: a reply
+        that breaks it is `invalid` (parse_error); one that differs from the plan is recorded and stands."""
+        st.pred.raw_output = o.raw_output
+        d = decision_of(o)
+        st.pred.trace["output_decision"] = d.action
         if d.action == "invalid":
-            st.step_error("output", NOT_PROTOCOL)
-        elif d.action != st.plan.action:
-            st.step_error("output", f"the reply's prefix says {d.action}, the plan says {st.plan.action}")
-        return d.text.strip() or None
+            st.step_error("output", o.error or NOT_PROTOCOL)
+            st.pred.action, st.pred.status = "invalid", Status.PARSE_ERROR.value
+            st.pred.response = d.text.strip() or None
+            return
+        if d.action != st.plan.action:
+            st.pred.trace["output_vs_plan"] = f"reply: {d.action}, plan: {st.plan.action}"
+        st.pred.action = d.action
+        text = d.text.strip() or None
+        assumptions = st.pred.agent.get("assumptions") or []
+        if text and assumptions and d.action == "answer":
+            text = f"{text} (Assuming nothing specific about: {', '.join(assumptions)}.)"
+        st.pred.response = text

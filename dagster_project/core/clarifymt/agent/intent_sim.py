@@ -12,7 +12,8 @@ request; mean pairwise cosine similarity below tau -> clarify (with the first sa
 otherwise answer stating the medoid interpretation; fewer than two usable interpretations -> `invalid`.
 
 Replies are JSON with evaluation.structured_output, else free text (labelled lines and the prefix protocol);
-protocol_ok is the share of a turn's replies that followed the format.
+protocol_ok is the share of a turn's replies that followed the format. The reply the user sees (the question, or
+the final answer) decides in the run's channel: when it breaks the format the turn is `invalid` (parse_error).
 """
 
 from __future__ import annotations
@@ -274,6 +275,9 @@ class IntentSim(SubjectMethod):
             replies[a.item][0] += text is not None
             p.response = (text or a.result.text or "").strip() or None
             p.trace["answer_raw"] = a.result.text
+            if text is None:  # the final reply breaks the decision channel: invalid, as a baseline's broken reply
+                p.action, p.status = "invalid", Status.PARSE_ERROR.value
+                p.error = a.first.error or "the answer reply does not follow the reply format"
         for p, (good, n) in zip(preds, replies):
             if p.status == Status.OK and n:
                 p.protocol_ok = good / n

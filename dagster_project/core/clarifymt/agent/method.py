@@ -61,10 +61,12 @@ class Prediction:
     prompt_version: str = ""
     agent: dict[str, Any] = field(default_factory=dict)  # ClarifyAgent columns (slots, persona, RSC, plan)
     protocol_ok: float | None = None  # share of this turn's replies that followed the reply format (None: no reply)
+    truncated_replies: int = 0  # generations of this turn the backend stopped at max_tokens (finish reason length)
 
     def charge(self, result: ChatResult) -> None:
         """Add one reply's usage to this turn's row (the table's per-turn cost columns)."""
         self.llm_calls += max(len(result.texts), 1)
+        self.truncated_replies += sum(bool(t) for t in result.truncated)
         self.cache_hits += result.cache_hits
         self.tokens_in += result.tokens_in
         self.tokens_out += result.tokens_out
@@ -192,7 +194,7 @@ PREDICTION_SCHEMA = {
     "action": pl.Utf8, "response": pl.Utf8, "status": pl.Utf8, "error": pl.Utf8, "raw_output": pl.Utf8,
     "trace": pl.Utf8, "llm_calls": pl.Int64, "cache_hits": pl.Int64, "tokens_in": pl.Int64,
     "tokens_out": pl.Int64, "latency_s": pl.Float64, "model": pl.Utf8, "prompt_version": pl.Utf8,
-    "protocol_ok": pl.Float64, "is_question": pl.Boolean, **AGENT_COLUMNS,
+    "protocol_ok": pl.Float64, "is_question": pl.Boolean, "truncated_replies": pl.Int64, **AGENT_COLUMNS,
 }
 
 
@@ -214,6 +216,7 @@ def predictions_frame(preds: Sequence[Prediction]) -> pl.DataFrame:
             "cache_hits": p.cache_hits, "tokens_in": p.tokens_in, "tokens_out": p.tokens_out,
             "latency_s": round(p.latency_s, 4), "model": p.model, "prompt_version": p.prompt_version,
             "protocol_ok": p.protocol_ok, "is_question": is_question(p.response) if p.action == "clarify" else None,
+            "truncated_replies": p.truncated_replies,
             **agent,
         })
     return pl.DataFrame(rows, schema=PREDICTION_SCHEMA)

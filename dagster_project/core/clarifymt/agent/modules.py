@@ -1,8 +1,10 @@
 """ClarifyAgent's five LLM modules as tasks (Input, Perceiver, Forecaster, Planner, Output): one reply model each.
 
-Every module replies with constrained JSON. Validation keeps the agent's tolerance: a field the agent can
-do without (Input.latest, a Planner's target_slot or reason, the Forecaster's reason) is required by the
-schema but not by the parser, and a Perceiver slot item that is unusable is skipped, not fatal.
+The four internal modules reply with constrained JSON. Validation keeps the agent's tolerance: a field the agent
+can do without (Input.latest, a Planner's target_slot or reason, the Forecaster's reason) is required by the
+schema but not by the parser, and a Perceiver slot item that is unusable is skipped, not fatal. The Output module
+gives the agent's final decision through the run's decision channel, exactly as the baselines do: free text
+opening with the response-prefix protocol (OUTPUT_TEXT), or the baselines' JSON decision {action, text} (OUTPUT).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import ValidationError, WithJsonSchema
 
-from dagster_project.core.clarifymt.agent.method import json_string, schema_required
+from dagster_project.core.clarifymt.agent.method import DecisionReply, check_action, json_string, schema_required
 from dagster_project.core.clarifymt.agent.tracker import Observation
 from dagster_project.core.shared.taxonomy import PERSONAS
 from dagster_project.llm.task import LLMTask, NonEmpty, Reply
@@ -74,12 +76,6 @@ class PlannerReply(Reply):
     reason: Annotated[Any, json_string(maxLength=160)] = ""
 
 
-class OutputReply(Reply):
-    """The question or the answer the user sees."""
-
-    text: Annotated[NonEmpty, json_string(minLength=2, maxLength=300)]
-
-
 def _slots_list(value: PerceiverReply, _: Any) -> str | None:
     return None if isinstance(value.slots, list) else "field 'slots' should be a list"
 
@@ -100,7 +96,7 @@ INPUT = _module("input", InputReply)
 PERCEIVER = _module("perceiver", PerceiverReply, _slots_list)
 FORECASTER = _module("forecaster", ForecasterReply, _persona)
 PLANNER = _module("planner", PlannerReply, _action)
-OUTPUT = _module("output", OutputReply)
+OUTPUT = _module("output", DecisionReply, check_action)  # the same decision schema as every baseline
 OUTPUT_TEXT = LLMTask("agent_output_text", role="subject", sampling={"temperature": 0.0},
                       accept_truncated=True)  # free text (prefix protocol)
 TASKS: dict[str, LLMTask[Any]] = {"input": INPUT, "perceiver": PERCEIVER, "forecaster": FORECASTER,
