@@ -9,7 +9,7 @@ from dagster_project.cli import app
 from dagster_project.lib.warehouse import rebuild_views, write_parquet_atomic
 
 
-def test_summary_counts_every_view_then_prints_the_accuracy_table(tmp_path, monkeypatch):
+def test_summary_all_counts_every_view_then_prints_the_accuracy_table(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_parquet_atomic(pl.DataFrame({"x": [1, 2, 3]}), Path("assets/benchmark/taxonomy.parquet"))
     for day, n in (("2024-05-01", 2), ("2024-05-02", 4)):  # a partitioned asset: one view over both files
@@ -20,12 +20,12 @@ def test_summary_counts_every_view_then_prints_the_accuracy_table(tmp_path, monk
         "under_clarification": [0.3, 0.5], "over_clarification": [0.1, 0.0], "invalid": [0.1, 0.25],
     }), Path("assets/evaluation/metric_tables.parquet"))
     rebuild_views()
-    result = CliRunner().invoke(app, ["summary"], terminal_width=200)
+    result = CliRunner().invoke(app, ["summary", "--all"], terminal_width=200)
     assert result.exit_code == 0, result.output
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip()
             for line in result.output.splitlines() if line.count("│") == 3}
     assert rows == {"benchmark.taxonomy": "3", "evaluation.metric_tables": "2", "logs.raw_logs": "6"}
-    assert "accuracy (shares of evaluated turns)" in result.output and "0.250" in result.output
+    assert "accuracy (% of evaluated turns)" in result.output and "25.0" in result.output
 
 
 def test_sql_csv_writes_nested_columns_as_json(tmp_path, monkeypatch):

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from system_chromium import chromium_or_skip
 from project_support import BIN, REPO, make_project
+
+
+@pytest.fixture
+def chromium() -> str:
+    """The system's Chromium (tests/e2e/system_chromium.py); request it before a costly fixture so a skip comes first."""
+    return chromium_or_skip()
 
 
 @pytest.fixture

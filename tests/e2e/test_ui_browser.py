@@ -5,7 +5,6 @@ but renders nothing (or the wrong thing) fails."""
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,10 +15,7 @@ from playwright.sync_api import ConsoleMessage, Page, expect, sync_playwright
 if TYPE_CHECKING:
     from conftest import UIServer
 
-CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
-pytestmark = [pytest.mark.e2e,
-              pytest.mark.skipif(CHROMIUM is None, reason="no Chromium executable on PATH (`chromium` or "
-                                 "`chromium-browser`); Debian/Ubuntu: apt-get install chromium")]
+pytestmark = pytest.mark.e2e
 
 # reads the shipped intent catalogue (no LLM call) and has a GX check: cheap to launch from the UI
 ASSET = ["intents", "intent_catalog"]
@@ -39,12 +35,12 @@ def _blocked_request(msg: ConsoleMessage, origin: str) -> bool:
 
 
 @pytest.fixture
-def browser_page(ui_server: UIServer) -> Iterator[tuple[Page, list[str]]]:
+def browser_page(chromium: str, ui_server: UIServer) -> Iterator[tuple[Page, list[str]]]:
     """A Chromium page on the server, every non-loopback request aborted (no internet here, and none wanted),
     and the list of console errors and uncaught page errors it collects."""
     errors: list[str] = []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM)
+        browser = pw.chromium.launch(executable_path=chromium)
         context = browser.new_context(viewport={"width": 1600, "height": 1000})
         context.route(lambda url: not url.startswith(ui_server.url + "/"),
                       lambda route: route.abort("internetdisconnected"))
