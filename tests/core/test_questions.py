@@ -7,13 +7,12 @@ import numpy as np
 import polars as pl
 import pytest
 
+from dagster_project.io.formats.clarilm_inputs import load_personas, load_seed_questions
 from dagster_project.core.clarilm.question_generation import (
     GENERATE,
     TRANSFORM,
     dedup_against,
     generate,
-    load_personas,
-    load_seed_questions,
     qg_plan,
     split_counts,
     transform,

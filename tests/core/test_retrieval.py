@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 from dagster_project.config import ParamsError, parse_params
+from dagster_project.io.images import image_part
 from dagster_project.core.retrieval.documents import keyword_ids
 from dagster_project.core.retrieval.evaluation import (
     evaluation_table,
@@ -36,7 +37,6 @@ from dagster_project.core.retrieval.refinement import (
 from dagster_project.core.retrieval.reranking import (
     GenerativeTask,
     generative_rerank,
-    image_part,
     rerank_step_request,
 )
 from dagster_project.core.retrieval.sessions import (

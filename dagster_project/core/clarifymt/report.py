@@ -9,7 +9,6 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import polars as pl
 
@@ -559,14 +558,9 @@ def render_html(markdown_text: str, plots: dict[str, bytes]) -> str:
             f"<style>{style}</style></head><body>{body}</body></html>")
 
 
-def write_report(inputs: ReportInputs, folder: str | Path) -> tuple[list[Path], str]:
-    """report.md, a self-contained report.html and the plots as PNG in `folder`: (files written, the Markdown)."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+def report_files(inputs: ReportInputs) -> tuple[dict[str, bytes], str]:
+    """{file name: content} for report.md, a self-contained report.html and the plots as PNG, and the Markdown
+    (the caller writes them: core/ does no file I/O)."""
     plots = report_plots(inputs)
-    for name, png in plots.items():
-        (folder / name).write_bytes(png)
     text = render_report(inputs, list(plots))
-    (folder / "report.md").write_text(text)
-    (folder / "report.html").write_text(render_html(text, plots))
-    return [folder / "report.md", folder / "report.html", *(folder / n for n in plots)], text
+    return {"report.md": text.encode(), "report.html": render_html(text, plots).encode(), **plots}, text

@@ -1,6 +1,7 @@
 """ClariMM §4.3 two-phase retrieval: BM25 (bm25s) first phase on the inferred query (the initial request when
 inference failed), BM25 on the whole conversation (bm25_history), then a MiniLM bi-encoder re-rank or the
-constrained generative re-rank (reranking.py). Every ranked list becomes TREC-exportable run rows."""
+constrained generative re-rank (reranking.py) of the same BM25 top `rerank_depth` (the rest keeps the BM25 order),
+so every re-ranker is compared at one depth. Every ranked list becomes TREC-exportable run rows."""
 
 from __future__ import annotations
 
@@ -13,11 +14,8 @@ import polars as pl
 
 from dagster_project.config import RetrievalConfig, RoleConfig
 from dagster_project.core.retrieval.documents import document_text, snippet
-from dagster_project.core.retrieval.reranking import (
-    GenerativeTask,
-    generative_rerank,
-    image_part,
-)
+from dagster_project.core.retrieval.reranking import GenerativeTask, generative_rerank
+from dagster_project.io.images import image_part
 from dagster_project.llm.task import Chat, Status
 
 TEXT_ONLY, MULTIMODAL = "text_only", "multimodal"
@@ -171,13 +169,14 @@ def rank_queries(chat: Chat, embed: Embed, embed_model: str, inferred: pl.DataFr
             rows += run_rows(queries.base(i, "bm25_history", TEXT_ONLY, conversations[i], Status.OK, None),
                              [(d, s, "first_stage") for d, s in hits])
     if "dense_rerank" in cfg.rankers and inferred.height:
-        cand = [[d for d, _ in hits] for hits in first]
+        cand = [[d for d, _ in hits][:cfg.rerank_depth] for hits in first]  # the depth every re-ranker gets
         need = list(dict.fromkeys(d for c in cand for d in c))
         vecs = embed([doc_texts[d] for d in need])
         dense = dense_rerank(embed(queries.text), cand, dict(zip(need, vecs)))
         for i, ranked in enumerate(dense):
+            tail = [(d, s, "first_stage") for d, s in first[i][cfg.rerank_depth:]]
             rows += run_rows(queries.base(i, "dense_rerank", TEXT_ONLY, queries.text[i], queries.status[i],
-                                          queries.error[i], embed_model), [(d, s, "dense") for d, s in ranked])
+                                          queries.error[i], embed_model), [(d, s, "dense") for d, s in ranked] + tail)
         meta["dense_docs_embedded"] = len(need)
     if "generative_rerank" in cfg.rankers and inferred.height:
         rows += _generative_rows(chat, queries, first, doc_texts, keyword_ids, cfg, reranker, vision)

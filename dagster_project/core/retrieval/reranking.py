@@ -4,11 +4,8 @@ With a vision-capable reranker the session's images go along as OpenAI-style ima
 
 from __future__ import annotations
 
-import base64
-import mimetypes
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import WithJsonSchema, create_model
@@ -59,18 +56,6 @@ def next_id_schema(allowed: Sequence[str]) -> dict[str, Any]:
 def candidate_block(candidates: Sequence[tuple[str, str]]) -> str:
     """Numbered list of '<keyword id>: snippet' lines."""
     return "\n".join(f"- [{kid}] {snippet}" for kid, snippet in candidates)
-
-
-def image_part(ref: str, base_dir: str | Path | None) -> dict[str, Any]:
-    """An OpenAI-style image content part: URLs pass through, local files become data URLs."""
-    if ref.startswith(("http://", "https://", "data:")):
-        return {"type": "image_url", "image_url": {"url": ref}}
-    path = Path(ref) if Path(ref).is_absolute() or base_dir is None else Path(base_dir) / ref
-    if not path.exists():
-        raise FileNotFoundError(f"image {ref!r} not found at {path}")
-    mime = mimetypes.guess_type(path.name)[0] or "image/png"
-    return {"type": "image_url",
-            "image_url": {"url": f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode()}"}}
 
 
 def rerank_step_request(query: str, conversation: str, candidates: Sequence[tuple[str, str]], chosen: Sequence[str],

@@ -34,7 +34,7 @@ from dagster_project.core.clarifymt.metrics import method_comparison as compare_
 from dagster_project.core.clarifymt.report import (
     ReportInputs,
     question_quality,
-    write_report,
+    report_files,
 )
 from dagster_project.core.clarifymt.trained import subject_method
 from dagster_project.core.clarifymt.trained import trained_comparison as compare_trained
@@ -43,6 +43,7 @@ from dagster_project.core.shared.tables import markdown_table
 from dagster_project.core.training.overlap import held_out_overlaps
 from dagster_project.core.training.reference import reference_problem
 from dagster_project.io.records import InputFileError, Quarantine
+from dagster_project.io.writers import atomic_path
 from dagster_project.lib.assets import group_asset, upstream
 from dagster_project.lib.resources import EmbedderResource, LLMResource
 from dagster_project.llm.vector_cache import VectorCache
@@ -365,7 +366,13 @@ def report(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params], 
                           cfg.comparison_turn, cfg.agent_method, cfg.max_dialogues, cfg.sample_seed, validation,
                           trained_comparison)
     folder = Path(ASSETS_DIR) / GROUP / "report"
-    files, text = write_report(inputs, folder)
+    contents, text = report_files(inputs)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for name, data in contents.items():
+        with atomic_path(folder / name, Path(name).suffix) as tmp:
+            tmp.write_bytes(data)
+        files.append(folder / name)
     context.add_output_metadata({"report": dg.MetadataValue.path(str(folder / "report.html")),
                                  "preview": dg.MetadataValue.md(text)})
     return pl.DataFrame({"file": [str(f) for f in files], "bytes": [f.stat().st_size for f in files]})

@@ -4,7 +4,7 @@ import dagster as dg
 import polars as pl
 
 from dagster_project.config import Params
-from dagster_project.core.clarilm.question_generation import load_personas
+from dagster_project.io.formats.clarilm_inputs import load_personas
 from dagster_project.core.clarilm.question_generation import (
     seed_questions_qg as build_qg,
 )
