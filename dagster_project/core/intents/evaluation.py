@@ -51,7 +51,8 @@ def eval_conversations(chat: Chat, catalog: Catalog, demos: list[list[Message]],
                                                       "quality_raw_output": "judge_quality_raw"})
         frames.append(turns.join(scores, on=["conversation_id", "assistant_turn"], how="left")
                       .with_columns(subject=pl.lit(subject)))
-    out = pl.concat(frames, how="diagonal_relaxed") if frames else empty_turns()
+    out = pl.concat(frames, how="diagonal_relaxed") if frames else \
+        empty_turns().with_columns(subject=pl.lit(None, pl.Utf8))
     return out.select("subject", *[c for c in out.columns if c != "subject"])
 
 
