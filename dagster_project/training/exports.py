@@ -59,8 +59,9 @@ class MissingExport(LookupError):
 
 
 def export_user_texts(ref: str, all_rows: bool = False) -> list[str]:
-    """The user messages of one TRAINED_ON export (every row with `all_rows`, else the rows a `kept` column keeps);
-    MissingExport naming it and why when it does not exist."""
+    """The user messages of one TRAINED_ON export (every row with `all_rows`, else the rows a `kept` column keeps;
+    none for a JSONL export its table lists as not written); MissingExport naming it and why when it does not
+    exist (the asset is missing, does not list it, or its file is gone)."""
     asset_ref, _, name = ref.partition(":")
     group, asset_name = asset_ref.split("/")
     frame = read_asset(ASSETS_DIR, group, asset_name)
@@ -72,8 +73,10 @@ def export_user_texts(ref: str, all_rows: bool = False) -> list[str]:
     if hit.is_empty():
         raise MissingExport(f"{ref}: {asset_ref} lists no export {name!r}")
     r = hit.row(0, named=True)
-    if not r["written"] or not r["path"] or not Path(r["path"]).is_file():
-        raise MissingExport(f"{ref}: the file was not written ({r['reason'] or r['path']})")
+    if not r["written"]:  # nothing to train on (empty, or blocked on a leak): no model learned from it
+        return []
+    if not r["path"] or not Path(r["path"]).is_file():
+        raise MissingExport(f"{ref}: listed as written but {r['path']} does not exist")
     return record_user_texts(jsonl_records(r["path"]))
 
 

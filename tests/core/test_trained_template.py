@@ -163,3 +163,14 @@ def test_a_trained_subject_runs_only_in_its_template(tmp_path, monkeypatch):
         {"base_model": "m", "template": intents_template().record()}))
     _, blocked = subject_method("sft", "training/clarilm_sft", "base", cfg)
     assert "['catalogue', 'examples']" in blocked
+
+
+def test_mismatch_tells_a_prompt_of_another_template():
+    dt, cl = double_turn_template("json"), clarilm_template(SYSTEM)
+    assert dt.mismatch(turn2_prompt("clarify_or_direct", "who won?", "json")) is None
+    assert cl.mismatch([{"role": "system", "content": SYSTEM}, {"role": "user", "content": "q"}]) is None
+    assert "system prompt" in cl.mismatch([{"role": "user", "content": "q"}])
+    assert "user message" in dt.mismatch([*turn2_prompt("clarify_or_direct", "x", "json")[:1],
+                                          {"role": "user", "content": "who won?"}])
+    assert intents_template().mismatch([{"role": "system", "content": "any catalogue"},
+                                        {"role": "user", "content": "q"}]) is None

@@ -158,18 +158,21 @@ def _held_out(questions):
 
 def test_held_out_disjoint_passes_only_without_overlap_and_reads_jsonl_exports(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    params = parse_params({"llm": {"subjects": {"dt": {"backend": "transformers", "model": "training/double_turn_dpo"}}},
+    params = parse_params({"llm": {"subjects": {"dt": {"backend": "transformers", "model": "training/double_turn_dpo"},
+                                                "st": {"backend": "transformers", "model": "training/single_turn_dpo"}}},
                            "evaluation": {"methods": ["base"], "datasets": ["clarilm_test"]}})
     (tmp_path / "assets/double_turn/exports").mkdir(parents=True)
     prompt = turn2_prompt("clarify_or_direct", "Who won the world cup?", params.double_turn.subject_output)
     (tmp_path / "assets/double_turn/exports/dpo_dataset.jsonl").write_text(json.dumps(
         {"prompt": prompt, "chosen": [{"role": "assistant", "content": "a"}],
          "rejected": [{"role": "assistant", "content": "b"}]}) + "\n")
-    pl.DataFrame({"export": ["dpo_dataset"], "path": ["assets/double_turn/exports/dpo_dataset.jsonl"], "rows": [1],
-                  "written": [True], "reason": [None]}).write_parquet(tmp_path / "assets/double_turn/training_exports.parquet")
+    pl.DataFrame({"export": ["dpo_dataset", "dpo_single_turn"],  # an empty export is listed, not written
+                  "path": ["assets/double_turn/exports/dpo_dataset.jsonl", None], "rows": [1, 0],
+                  "written": [True, False], "reason": [None, "empty: no kept rows"]}
+                 ).write_parquet(tmp_path / "assets/double_turn/training_exports.parquet")
     embed = WordsEmbedder().encode
     clean = evaluation.held_out_disjoint(params, embed, external_dialogues=_held_out(["Plan my trip"]))
-    assert clean.passed and clean.metadata["exports_checked"].value == 1
+    assert clean.passed and clean.metadata["exports_checked"].value == 2
     # the question inside the export's rendered prompt is found (the template is unwrapped), case and "?" aside
     leak = evaluation.held_out_disjoint(params, embed, external_dialogues=_held_out(["who won the world cup"]))
     assert not leak.passed and leak.metadata["exact_pairs"].value == 1

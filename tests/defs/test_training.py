@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 
 from dagster_project.config import parse_params
+from dagster_project.core.double_turn.exports import turn2_prompt
 from dagster_project.core.intents.curation import TRAINING_SCHEMA
 from dagster_project.defs.quality.checks import build_checks
 from dagster_project.defs.training import assets as training
@@ -20,17 +21,26 @@ def m(role, content):
     return {"role": role, "content": content}
 
 
+PARAMS = {"intents": {"sweep_train": True, "sweep_percentiles": [100.0, 50.0]},
+          "training": {"reranker": {"max_steps": 1, "batch_size": 2, "max_length": 32}}}
+SYSTEM = parse_params(PARAMS).annotations.system_prompt  # the exports are rendered in each model's template
+OUTPUT = parse_params(PARAMS).double_turn.subject_output
+
+
 def _write_exports(root):
     a = root / "assets"
     for g in ("annotations", "double_turn/exports", "intents", "retrieval"):
         (a / g).mkdir(parents=True, exist_ok=True)
-    pl.DataFrame({"id": ["q1", "q2"], "messages": [[m("system", "S"), m("user", "jaguar?"),
+    pl.DataFrame({"id": ["q1", "q2"], "messages": [[m("system", SYSTEM), m("user", "jaguar?"),
                                                     m("assistant", "Need clarification: yes\nAnimal or car?")],
-                                                   [m("user", "2+2?"), m("assistant", "Need clarification: no\n4")]]}
+                                                   [m("system", SYSTEM), m("user", "2+2?"),
+                                                    m("assistant", "Need clarification: no\n4")]]}
                  ).write_parquet(a / "annotations/sft_dataset.parquet")
-    pl.DataFrame({"id": ["p1"], "prompt": [[m("user", "jaguar?")]], "chosen": [[m("assistant", "Animal or car?")]],
+    pl.DataFrame({"id": ["p1"], "prompt": [[m("system", SYSTEM), m("user", "jaguar?")]],
+                  "chosen": [[m("assistant", "Animal or car?")]],
                   "rejected": [[m("assistant", "A cat.")]]}).write_parquet(a / "annotations/dpo_dataset.parquet")
-    pair = {"prompt": [m("user", "who won?")], "chosen": [m("assistant", '{"action":"clarify"}')],
+    pair = {"prompt": turn2_prompt("clarify_or_direct", "who won?", OUTPUT),
+            "chosen": [m("assistant", '{"action":"clarify"}')],
             "rejected": [m("assistant", '{"action":"answer"}')]}
     same = {**pair, "rejected": pair["chosen"]}  # no preference: left out, and the table says so
     (a / "double_turn/exports/dpo_dataset.jsonl").write_text("".join(json.dumps(p) + "\n" for p in (pair, pair, same)))
@@ -54,10 +64,6 @@ def _write_exports(root):
     pl.DataFrame([{"example_id": e, "query_text": q, "split": s, "kept": True, "positive_doc_id": p,
                    "negative_doc_ids": n, "candidate_doc_ids": [p, *n]} for e, q, s, p, n in ex]
                  ).write_parquet(a / "retrieval/reranker_training.parquet")
-
-
-PARAMS = {"intents": {"sweep_train": True, "sweep_percentiles": [100.0, 50.0]},
-          "training": {"reranker": {"max_steps": 1, "batch_size": 2, "max_length": 32}}}
 
 
 @pytest.fixture(scope="module")
@@ -161,15 +167,32 @@ def test_dpo_is_skipped_with_the_reason_when_its_sft_stage_built_no_model(tmp_pa
     a = tmp_path / "assets/annotations"
     a.mkdir(parents=True)
     pl.DataFrame({"messages": [[m("user", "x")]]}).head(0).write_parquet(a / "sft_dataset.parquet")
-    pl.DataFrame({"id": ["p1"], "prompt": [[m("user", "jaguar?")]], "chosen": [[m("assistant", "Animal or car?")]],
-                  "rejected": [[m("assistant", "A cat.")]]}).write_parquet(a / "dpo_dataset.parquet")
+    dpo = {"id": ["p1"], "prompt": [[m("system", SYSTEM), m("user", "jaguar?")]],
+           "chosen": [[m("assistant", "Animal or car?")]], "rejected": [[m("assistant", "A cat.")]]}
+    pl.DataFrame(dpo).write_parquet(a / "dpo_dataset.parquet")
     params = parse_params({"training": {"models": ["clarilm_sft", "clarilm_dpo"]}})
     defs = training.build(params)
-    result = dg.materialize([*defs.assets, dg.SourceAsset(dg.AssetKey(["annotations", "sft_dataset"])),
-                             dg.SourceAsset(dg.AssetKey(["annotations", "dpo_dataset"]))],
-                            resources={"io_manager": WarehouseIOManager(), "params": params})
+    sources = [dg.SourceAsset(dg.AssetKey(["annotations", n])) for n in ("sft_dataset", "dpo_dataset")]
+    resources = {"io_manager": WarehouseIOManager(), "params": params}
+    result = dg.materialize([*defs.assets, *sources], resources=resources)
     assert result.success and [j.name for j in jobs] == ["clarilm_sft"]  # DPO never started from the base
     row = _read(tmp_path, "clarilm_dpo").row(0, named=True)
     assert row["status"] == "skipped_no_data" and row["rows"] == 1 and row["folder"] is None
     assert row["reason"] == ("clarilm_dpo continues clarilm_sft, which built no model (skipped_no_data: "
                              "annotations/sft_dataset has no training rows); not trained from the base instead")
+
+
+def test_an_export_row_in_another_template_fails_naming_the_row(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(training, "train_lm", lambda job, cfg, root: pytest.fail("must not train"))
+    (tmp_path / "assets/annotations").mkdir(parents=True)
+    pl.DataFrame({"messages": [[m("system", SYSTEM), m("user", "a?"), m("assistant", "Need clarification: no\nb")],
+                               [m("system", "An older prompt."), m("user", "jaguar?"), m("assistant", "x")]]}
+                 ).write_parquet(tmp_path / "assets/annotations/sft_dataset.parquet")
+    params = parse_params({"training": {"models": ["clarilm_sft"]}})
+    source = dg.SourceAsset(dg.AssetKey(["annotations", "sft_dataset"]))
+    result = dg.materialize([*training.build(params).assets, source], raise_on_error=False,
+                            resources={"io_manager": WarehouseIOManager(), "params": params})
+    assert not result.success
+    error = str(next(e for e in result.all_events if e.is_step_failure).event_specific_data.error)
+    assert "annotations/sft_dataset" in error and "training row 2" in error and "An older prompt." in error

@@ -130,15 +130,32 @@ class TrainedTemplate:
         user = Template(self.user).substitute({**values, self.slot: last["content"]}).strip()
         return [*out, {"role": "user", "content": user}]
 
+    def _user_match(self, content: str) -> re.Match[str] | None:
+        parts = re.split(r"(\$\w+|\$\{\w+\})", self.user.strip())
+        pattern = "".join(("(?P<slot>.*)" if p.strip("${}") == self.slot else ".*?") if p.startswith("$")
+                          else re.escape(p) for p in parts)
+        return re.fullmatch(pattern, content.strip(), re.DOTALL)
+
     def unwrap(self, content: str) -> str:
         """The user's own text inside a user message rendered by this template (the message itself when it does
         not match): what the held-out check compares with evaluation queries."""
-        parts = re.split(r"(\$\w+|\$\{\w+\})", self.user.strip())
-        pattern = "".join(
-            (f"(?P<slot>.*)" if p.strip("${}") == self.slot else ".*?") if p.startswith("$") and p != "$$"
-            else re.escape(p) for p in parts)
-        m = re.fullmatch(pattern, content.strip(), re.DOTALL)
+        m = self._user_match(content)
         return m.group("slot").strip() if m else content
+
+    def mismatch(self, prompt: Sequence[Message]) -> str | None:
+        """Why a training prompt was not rendered by this template (its system prompt, when the template's needs
+        no values, and its last user message are compared), or None: the record must be what the model saw."""
+        users = [m["content"] for m in prompt if m["role"] == "user"]
+        if not users:
+            return "the prompt has no user message"
+        if not self.values_needed():
+            systems = [m["content"].strip() for m in prompt if m["role"] == "system"]
+            want = [Template(self.system).substitute().strip()] if self.system.strip() else []
+            if systems != want:
+                return f"system prompt {systems[:1]!r:.80} is not the template's {want[:1]!r:.80}"
+        if self._user_match(users[-1]) is None:
+            return f"user message {users[-1]!r:.80} is not in the template's user part"
+        return None
 
     def parse(self, reply: str | None, **context: Any) -> Decision:
         """The decision in a reply, read by this template's parser (never raises, except for a missing context)."""

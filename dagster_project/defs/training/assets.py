@@ -27,6 +27,8 @@ from dagster_project.core.training.sets import (
     rerank_candidates,
     reranker_triplets,
 )
+from dagster_project.core.training.template import TrainedTemplate
+from dagster_project.io.records import InputFileError
 from dagster_project.lib.assets import group_asset, upstream
 from dagster_project.training.lm_training import ADAPTER, LMJob, train_lm
 from dagster_project.training.exports import jsonl_records, model_template
@@ -77,7 +79,16 @@ def _export_rows(exports: pl.DataFrame, name: str) -> tuple[list[dict[str, Any]]
 
 
 def _lm(params: Params, job: LMJob, why_empty: str | None = None, identical: list[int] | None = None) -> dict:
-    """Train one job; an empty export says why, and pairs left out for chosen == rejected are named."""
+    """Train one job; an empty export says why, and pairs left out for chosen == rejected are named. A row whose
+    prompt is not in the template the model will record fails the asset, naming the row (the export was built
+    with other params: rebuild it)."""
+    template = TrainedTemplate.from_record(job.template, f"training/{job.name}") if job.template else None
+    for i, row in enumerate(job.rows if template else [], start=1):
+        why = template.mismatch(row["prompt"])
+        if why:
+            raise InputFileError(job.data_asset, f"training row {i}: {why}: not the {template.name} template "
+                                 f"training/{job.name} records; rebuild the export with the current params",
+                                 field="prompt")
     row = train_lm(job, params.training.for_model(job.name), models_root())
     if why_empty and row["status"] == "skipped_no_data":
         row["reason"] = why_empty
