@@ -2,18 +2,18 @@
 records that know their file and 1-based record number, a Quarantine for what cannot be used, and one
 error type for files that cannot be read at all. Dataset formats (io/formats/) sit on top of it.
 
-Records stream (JSONL line by line, JSON arrays item by item with io.scan, Parquet by row group), so a log
-file of millions of lines never needs to fit in memory. A record that cannot be used is yielded with its
-`problem` set, never raised: the caller quarantines it and goes on. That covers unparseable records (a
-broken item of a JSON array costs only itself), text that is not valid UTF-8 (never replaced silently) and
-text fields longer than `max_field_chars`. The JSON layout (lines, array, document) is read from the
+Records stream (JSONL line by line, JSON arrays and the list of a ``{"key": [...]}`` document item by item with
+io.scan, CSV / TSV rows with io.delimited, Parquet by row group), so a log file of millions of lines never needs
+to fit in memory. A record that cannot be used is yielded with its `problem` set, never raised: the caller
+quarantines it and goes on. That covers unparseable records (a broken item of a JSON array or keyed document
+costs only itself, a stray quote in CSV one row, in TSV none), text that is not valid UTF-8 (never replaced
+silently) and text fields longer than `max_field_chars`. The JSON layout (lines, array, document) is read from the
 content, not the suffix. `count_records` counts a file's records without parsing them, for ledgers that
 must notice a reader losing records.
 """
 
 from __future__ import annotations
 
-import csv
 import gzip
 import io
 import json
@@ -27,7 +27,8 @@ from typing import IO, Any
 import polars as pl
 import yaml
 
-from dagster_project.io.scan import UNPARSED, count_items, split_array
+from dagster_project.io.delimited import read_table
+from dagster_project.io.scan import UNPARSED, count_items, split_array, split_keyed
 
 RAW_SNIPPET = 500
 MAX_FIELD_CHARS = 1_000_000  # default cap on one text value; importers pass their params' value
@@ -63,8 +64,8 @@ class Record:
     record: int  # 1-based: a JSONL line, a CSV / TSV data row (header excluded), a JSON / Parquet item
     data: Any = None
     raw: str = ""
-    problem: str | None = None  # not_utf8 | invalid_json | ragged_row | oversized_field (data None) |
-    #                             not_an_object (data = the value)
+    problem: str | None = None  # not_utf8 | invalid_json | ragged_row | unbalanced_quote | oversized_field |
+    #                             unreadable_row (data None) | not_an_object (data = the value)
     detail: str | None = None
     field: str | None = None  # where the problem is, when it is one field (e.g. 'conversations[2].value')
 
@@ -203,22 +204,59 @@ def _json_array(path: Path, file: str, max_chars: int) -> Iterator[Record]:
 
 
 def _json_document(path: Path, file: str, suffix: str, max_chars: int) -> Iterator[Record]:
-    """A JSON / YAML document holding a list of records, or one key holding that list."""
+    """A JSON / YAML document holding a list of records, or one key holding that list, or one record. A JSON
+    ``{"key": [...]}`` streams its items (each broken one quarantined alone); so does a document that opens like
+    one and is not valid JSON (a broken item, a cut-off end)."""
+    opens_keyed, ends_keyed = keyed_list(path) if suffix != ".yaml" else (False, False)
+    if opens_keyed and ends_keyed:
+        yield from _keyed_items(path, file, max_chars)
+        return
     with _open_binary(path) as f:
         text = f.read().decode("utf-8", errors="surrogateescape")  # bad bytes: found per record below
     try:
         data = json.loads(text) if suffix != ".yaml" else yaml.safe_load(text)
     except (ValueError, RecursionError, yaml.YAMLError) as e:
+        if opens_keyed:
+            yield from _keyed_items(path, file, max_chars)
+            return
         kind = "YAML" if suffix == ".yaml" else "JSON"
         raise InputFileError(file, f"not valid {kind}: {' '.join(str(e).split())[:200]}") from None
     if isinstance(data, dict) and len(data) == 1 and isinstance(next(iter(data.values())), list):
-        data = next(iter(data.values()))  # {"intents": [...]}
+        data = next(iter(data.values()))  # {"intents": [...]} (YAML; JSON of this shape streams above)
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list):
         raise InputFileError(file, "expected a list of records (or one key holding a list)")
     for number, obj in enumerate(data, 1):
         yield _object(file, number, obj, _snippet(obj), max_chars)
+
+
+def _keyed_items(path: Path, file: str, max_chars: int) -> Iterator[Record]:
+    with _open_binary(path) as f:
+        for number, (text, value) in enumerate(split_keyed(f), 1):
+            if value is UNPARSED:
+                yield _parse(file, number, text, max_chars)
+            else:
+                yield _object(file, number, value, text[:RAW_SNIPPET], max_chars, text)
+
+
+TAIL_BYTES = 4096  # the end of a document read to tell its layout
+_KEYED_HEAD = re.compile(rb'[ \t\r\n]*\{[ \t\r\n]*"(?:[^"\\\r\n]|\\.)*"[ \t\r\n]*:[ \t\r\n]*\[')
+_KEYED_TAIL = re.compile(rb'\][ \t\r\n]*\}[ \t\r\n]*\Z')
+
+
+def keyed_list(path: str | Path) -> tuple[bool, bool]:
+    """Whether a JSON document opens like ``{"key": [`` and whether it ends with ``]}``: both, and it is read as
+    the list under one key, item by item. (A document with more keys whose first and last values are lists reads
+    so too; the text after the first list is then one broken record.)"""
+    with _open_binary(Path(path)) as f:
+        head = f.read(1 << 16).removeprefix(b"\xef\xbb\xbf")
+        if not _KEYED_HEAD.match(head):
+            return False, False
+        tail = head[-TAIL_BYTES:]
+        while chunk := f.read(1 << 20):
+            tail = (tail + chunk)[-TAIL_BYTES:]
+    return True, _KEYED_TAIL.search(tail) is not None
 
 
 def _table(path: Path, file: str, suffix: str, batch_size: int, max_chars: int) -> Iterator[Record]:
@@ -231,30 +269,34 @@ def _table(path: Path, file: str, suffix: str, batch_size: int, max_chars: int) 
                 number += 1
                 yield _object(file, number, obj, _snippet(obj), max_chars)
         return
-    with _open_binary(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape",
-                                                     newline="") as f:
-        rows = csv.reader(f, delimiter="," if suffix == ".csv" else "\t")
-        header = next((cells for cells in rows if cells), None)  # the first non-blank row
+    with _text(path) as f:
+        header, rows = read_table(f, suffix != ".csv", max(max_chars, MAX_FIELD_CHARS))
         if header is None:
             return
         header[0] = header[0].removeprefix("\ufeff")
         if _bad_text(header, MAX_FIELD_CHARS):
             raise InputFileError(file, "the header row is not valid UTF-8")
-        for number, cells in enumerate(rows, 1):  # data rows; the header is not a record
-            if not cells:
+        for number, row in enumerate(rows, 1):  # data rows; the header is not a record
+            if row.cells == []:
                 continue
-            if len(cells) != len(header):
-                yield Record(file, number, raw=_snippet(cells), problem="ragged_row",
-                             detail=f"expected {len(header)} fields, got {len(cells)}")
+            if row.cells is None:
+                field = header[row.cell] if row.cell is not None and row.cell < len(header) else None
+                yield Record(file, number, raw=_valid_text(row.raw[:RAW_SNIPPET]), problem=row.problem,
+                             detail=row.detail, field=field)
                 continue
-            obj = dict(zip(header, cells, strict=True))
+            obj = dict(zip(header, row.cells, strict=True))
             yield _object(file, number, obj, _snippet(obj), max_chars)
 
 
-def _csv_rows(path: Path, suffix: str) -> int:
-    with _open_binary(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape",
-                                                     newline="") as f:
-        return max(0, sum(1 for cells in csv.reader(f, delimiter="," if suffix == ".csv" else "\t") if cells) - 1)
+def _text(path: Path) -> IO[str]:
+    """A CSV / TSV file as text for io.delimited: bytes that are not UTF-8 kept as surrogate escapes."""
+    return io.TextIOWrapper(_open_binary(path), encoding="utf-8", errors="surrogateescape", newline="")
+
+
+def _table_rows(path: Path, suffix: str) -> int:
+    with _text(path) as f:
+        header, rows = read_table(f, suffix != ".csv", MAX_FIELD_CHARS)
+        return sum(1 for row in rows if row.cells != [])
 
 
 def _first_lines(path: Path) -> list[bytes]:
@@ -352,7 +394,7 @@ def count_records(path: str | Path) -> int:
 
         return pq.ParquetFile(p).metadata.num_rows
     if suffix in (".csv", ".tsv", ".tab"):
-        return _csv_rows(p, suffix)
+        return _table_rows(p, suffix)
     if suffix in (".yaml", ".yml") or json_layout(p) == "document":
         return sum(1 for _ in iter_records(p))
     with _open_binary(p) as f:

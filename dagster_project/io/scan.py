@@ -1,5 +1,6 @@
-"""Tolerant scanner of a top-level JSON array: splits it into items at record boundaries, so a broken item
-costs only itself, and counts the items of a file in a pass that keeps no records (the ledger's count).
+"""Tolerant scanner of a top-level JSON array (or of the list under the one key of a JSON document, ``{"data":
+[...]}``): splits it into items at record boundaries, so a broken item costs only itself, and counts the items
+of a file in a pass that keeps no records (the ledger's count).
 
 Rules where the file is broken (each keeps the damage inside the item where it happens):
 - a string ends at its closing quote or at the end of its line (JSON strings cannot hold a raw newline);
@@ -61,6 +62,24 @@ def _broken_by(buf: str, start: int, p: int) -> bool:
 def split_array(stream: IO[bytes], chunk_size: int = CHUNK) -> Iterator[tuple[str, Any]]:
     """(text, value) of each item of the top-level array in `stream`, in order: the item's text (stripped) and
     its parsed value, or UNPARSED when it is not valid JSON as it stands."""
+    for _, text, value in _split(stream, chunk_size):
+        yield text, value
+
+
+def split_keyed(stream: IO[bytes], chunk_size: int = CHUNK) -> Iterator[tuple[str, Any]]:
+    """Like split_array, for the list under the one key of a document ``{"key": [...]}``: the document's opening
+    ``{"key":`` and closing ``}`` are not items; any other text before or after the list is one broken item."""
+    for kind, text, value in _split(stream, chunk_size):
+        if not ((kind == "before" and _KEY_HEAD.fullmatch(text)) or (kind == "after" and text == "}")):
+            yield text, value
+
+
+_KEY_HEAD = re.compile(r'\{[ \t\r\n]*"(?:[^"\\]|\\.)*"[ \t\r\n]*:')
+
+
+def _split(stream: IO[bytes], chunk_size: int) -> Iterator[tuple[str, str, Any]]:
+    """(kind, text, value) of split_array's items; kind: 'item', 'before' (text before the array's '[') or
+    'after' (text after its closing ']')."""
     decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
     buf, pos, start = "", 0, 0  # unread text; where tokenising resumes; start of the open item
     depth, state = 0, "before"  # depth 1: at array level; state: before | array | after (the array)
@@ -82,7 +101,7 @@ def split_array(stream: IO[bytes], chunk_size: int = CHUNK) -> Iterator[tuple[st
             if state == "before":
                 if tok == "[":
                     if buf[start:p].strip(_WS):
-                        yield buf[start:p].strip(_WS), UNPARSED  # text before the array
+                        yield "before", buf[start:p].strip(_WS), UNPARSED  # text before the array
                     state, depth, start = "array", 1, p + 1
             elif tok in ("{", "["):
                 if depth == 1 and not buf[start:p].strip(_WS):  # an item starts: try the fast path
@@ -94,14 +113,14 @@ def split_array(stream: IO[bytes], chunk_size: int = CHUNK) -> Iterator[tuple[st
                         value, end = UNPARSED, p
                     after = _AFTER_ITEM.match(buf, end) if value is not UNPARSED else None
                     if after is not None and after.end() <= safe:
-                        yield buf[p:end], value
+                        yield "item", buf[p:end], value
                         start = pos = end
                         continue
                 elif depth > 1 and indent is not None:
                     nl = buf.rfind("\n", start, p)
                     if (nl >= 0 and p - nl - 1 == indent and not buf[nl + 1:p].strip(_WS)
                             and _broken_by(buf, start, p)):
-                        yield buf[start:p].strip(_WS), UNPARSED  # an unclosed item: resume at the next one
+                        yield "item", buf[start:p].strip(_WS), UNPARSED  # an unclosed item: resume at the next one
                         start, depth = p, 1
                 depth += 1
             elif tok in ("}", "]"):
@@ -109,18 +128,18 @@ def split_array(stream: IO[bytes], chunk_size: int = CHUNK) -> Iterator[tuple[st
                     depth -= 1
                 elif tok == "]":
                     if buf[start:p].strip(_WS):
-                        yield buf[start:p].strip(_WS), UNPARSED
+                        yield "item", buf[start:p].strip(_WS), UNPARSED
                     state, depth, start = "after", 0, p + 1
                     break
             elif tok == ",":
                 if depth == 1:
                     if buf[start:p].strip(_WS):
-                        yield buf[start:p].strip(_WS), UNPARSED
+                        yield "item", buf[start:p].strip(_WS), UNPARSED
                     start = p + 1
             elif depth > 1 and not _LITERAL.fullmatch(tok):
                 b = _OBJECT_BOUNDARY.search(buf, start + 1, p)
                 if b is not None:  # a string ran on: the next record starts at that boundary's '{'
-                    yield buf[start:b.start() + 1].strip(_WS), UNPARSED
+                    yield "item", buf[start:b.start() + 1].strip(_WS), UNPARSED
                     start = pos = b.end() - 1
                     depth = 1
         cut = min(pos, start)
@@ -130,9 +149,9 @@ def split_array(stream: IO[bytes], chunk_size: int = CHUNK) -> Iterator[tuple[st
         while len(tail) < TAIL and (chunk := stream.read(chunk_size)):
             tail = (tail + decoder.decode(chunk)).strip(_WS)
         if tail:
-            yield tail[:TAIL], UNPARSED
+            yield "after", tail[:TAIL], UNPARSED
     elif buf[start:].strip(_WS):
-        yield buf[start:].strip(_WS), UNPARSED  # an array cut off by the end of the file
+        yield "item", buf[start:].strip(_WS), UNPARSED  # an array cut off by the end of the file
 
 
 def count_items(stream: IO[bytes]) -> int:
