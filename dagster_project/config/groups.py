@@ -115,10 +115,10 @@ class RetrievalConfig(Strict):
 
 class DoubleTurnInput(Strict):
     """One open-domain QA file whose questions carry several acceptable answers (io/formats: ambigqa, nq_open,
-    qa_generic)."""
+    qa_generic, clarify_jsonl: the double-turn paper's released *.clarify.jsonl)."""
 
     path: str
-    format: Literal["ambigqa", "nq_open", "generic"]
+    format: Literal["ambigqa", "nq_open", "generic", "clarify_jsonl"]
     split: Literal["train", "eval", "both"] = Field(
         "both", description="train: SFT data + preference labelling; eval: answer_set_eval; both: split by eval_fraction")
     answers_are_aliases: bool = Field(False, description="nq_open: a record's answers are aliases of ONE answer")

@@ -18,11 +18,12 @@ from dagster_project.config import DoubleTurnConfig, DoubleTurnInput
 from dagster_project.core.double_turn.metrics import normalize_answer
 from dagster_project.core.double_turn.split import USES, assign_use
 from dagster_project.io.formats.ambigqa import read_ambigqa
+from dagster_project.io.formats.clarify_jsonl import read_clarify_jsonl
 from dagster_project.io.formats.nq_open import read_nq_open
 from dagster_project.io.formats.qa_generic import Item, QARecord, read_generic
 from dagster_project.io.records import InputFileError, Quarantine
 
-FORMATS = ("ambigqa", "nq_open", "generic")
+FORMATS = ("ambigqa", "nq_open", "generic", "clarify_jsonl")
 
 QA_SCHEMA = {
     "query_id": pl.Utf8, "question": pl.Utf8, "answers": pl.List(pl.List(pl.Utf8)),
@@ -55,6 +56,8 @@ def read_qa_file(path: str | Path, fmt: str, split: str = "both", answers_are_al
         records, q = read_nq_open(path, answers_are_aliases=answers_are_aliases, key=key)
     elif fmt == "generic":
         records, q = read_generic(path, key=key)
+    elif fmt == "clarify_jsonl":
+        records, q = read_clarify_jsonl(path, key=key)
     else:
         raise InputFileError(path, f"unknown format {fmt!r}; known: {list(FORMATS)}", key=key)
     return QAFile(Path(path).as_posix(), fmt, split, records, q, len(records) + len(q))
