@@ -31,6 +31,10 @@ class LogsConfig(Strict):
     date_to: str | None = None
     read_batch_size: int = Field(10_000, gt=0)
     sensor_interval_s: int = Field(60, ge=5)  # how often the logs_new_files sensor looks at logs.paths
+    # cron strings of the nightly schedules (off until switched on in the UI): logs_backfill ingests the days not
+    # materialized yet, clarilm_nightly refreshes questions / facets / annotations after new log days
+    backfill_cron: str = "0 2 * * *"
+    refresh_cron: str = "0 4 * * *"
     # FM-LOG signals to mine (core/clarilm/logs.SOURCES): the paper's user refinements and/or assistant questions
     sources: list[Literal["user_refinement", "assistant_asked"]] = Field(
         default_factory=lambda: ["user_refinement", "assistant_asked"], min_length=1)

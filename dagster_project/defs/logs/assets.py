@@ -32,6 +32,7 @@ from dagster_project.core.clarilm.logs import (
     tally_ledger,
 )
 from dagster_project.defs.logs.partitions import LOG_DAYS
+from dagster_project.defs.logs.schedules import build_schedules
 from dagster_project.defs.logs.sensors import build_sensor
 from dagster_project.io.formats.chat_logs import expand_paths
 from dagster_project.io.records import QUARANTINE_SCHEMA
@@ -65,7 +66,8 @@ def by_day(df: pl.DataFrame, keys: list[str]) -> dict[str, pl.DataFrame]:
 
 
 def build(params: Params) -> dg.Definitions:
-    """The group's assets on the log-day partitions, the `logs_ingest` job and the sensor that feeds it."""
+    """The group's assets on the log-day partitions, the `logs_ingest` job, the sensor that feeds it and the
+    nightly schedules (logs_backfill, clarilm_nightly)."""
     partitions = LOG_DAYS
     asset = group_asset(GROUP)
 
@@ -158,5 +160,6 @@ def build(params: Params) -> dg.Definitions:
         JOB, selection=dg.AssetSelection.groups(GROUP), partitions_def=partitions,
         description="Ingest days of chat logs: raw turns, the prefilter and the LLM extraction (a range of days is "
                     "one run that reads every file once).")
-    return dg.Definitions(assets=[raw_logs, log_candidates, log_clarifications], jobs=[job],
-                          sensors=[build_sensor(params.logs, job)])
+    assets = [raw_logs, log_candidates, log_clarifications]
+    return dg.Definitions(assets=assets, jobs=[job], sensors=[build_sensor(params.logs, job)],
+                          schedules=build_schedules(params.logs, job, sorted(k for a in assets for k in a.keys), GROUP))
