@@ -9,6 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
+from dagster_project.io.status import Status
 from dagster_project.lib.warehouse import read_asset
 
 
@@ -47,7 +48,7 @@ def pass_rate(t: pl.DataFrame) -> float | None:
     if "kept" in t.columns:
         return t["kept"].cast(pl.Float64).mean()
     if "status" in t.columns:
-        return (t["status"] == "ok").cast(pl.Float64).mean()
+        return (t["status"] == Status.OK.value).cast(pl.Float64).mean()
     return None
 
 

@@ -14,27 +14,17 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from functools import cached_property
 from typing import Annotated, Any, Generic, TypeVar
 
 import polars as pl
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from dagster_project.io.status import STATUSES, Status
 from dagster_project.llm.chat import ChatRequest, ChatResult, Message, canonical_json
 from dagster_project.llm.prompts import Prompt, load_prompt
 
 
-class Status(StrEnum):
-    """What became of one LLM row. Every LLM table's `status` column holds one of these."""
-
-    OK = "ok"
-    PARSE_ERROR = "parse_error"  # the model answered, but not in a usable form
-    LLM_ERROR = "llm_error"  # no answer: the backend failed after its retries
-    INPUT_ERROR = "input_error"  # no request was sent: the input item could not be rendered
-
-
-STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
 
 Chat = Callable[[str, list[ChatRequest]], list[ChatResult]]
 """core/'s only door to a model: chat(role, requests) -> one result per request (an LLMSession in Dagster)."""

@@ -32,6 +32,7 @@ from dagster_project.llm.task import (
     LLMTask,
     NonEmpty,
     Reply,
+    Status,
     reply_schema,
     text_field,
 )
@@ -103,10 +104,10 @@ def exact_dedup_per_question(df: pl.DataFrame) -> pl.DataFrame:
     """FM-LOG inference step: drop facets identical (after normalisation) to an earlier sample of the same question."""
     key = pl.Series([normalise(f) if f else None for f in df["facet"]], dtype=pl.Utf8)
     df = df.with_columns(_key=key)
-    first = (df.filter(pl.col("status") == "ok").group_by("question_id", "_key", maintain_order=True)
+    first = (df.filter(pl.col("status") == Status.OK.value).group_by("question_id", "_key", maintain_order=True)
              .agg(rep=pl.col("facet_id").first()))
     df = df.join(first, on=["question_id", "_key"], how="left")
-    ok = pl.col("status") == "ok"
+    ok = pl.col("status") == Status.OK.value
     return df.with_columns(
         kept=ok & (pl.col("rep") == pl.col("facet_id")),
         duplicate_of=pl.when(ok & (pl.col("rep") != pl.col("facet_id"))).then(pl.col("rep")),

@@ -26,6 +26,7 @@ from dagster_project.core.clarilm.annotations import (
 from dagster_project.core.clarilm.annotations import (
     preference_pairs as build_pairs,
 )
+from dagster_project.io.status import Status
 from dagster_project.io.writers import write_jsonl_atomic
 from dagster_project.lib.assets import group_asset, upstream, value_counts
 from dagster_project.lib.resources import LLMResource
@@ -64,7 +65,7 @@ def preference_pairs(context: dg.AssetExecutionContext, params: dg.ResourceParam
         source=pl.lit("annotations.cotap_annotations"))
     context.add_output_metadata({"pairs": out.height, **value_counts(out, "type", "type_"),
                                  **value_counts(out, "chosen_origin", "chosen_"),
-                                 "annotations_not_ok": int((cotap_annotations["status"] != "ok").sum())})
+                                 "annotations_not_ok": int((cotap_annotations["status"] != Status.OK.value).sum())})
     return out
 
 

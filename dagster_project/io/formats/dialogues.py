@@ -24,6 +24,7 @@ from typing import Any
 
 import polars as pl
 
+from dagster_project.io.status import Status
 from dagster_project.io.records import (
     MAX_FIELD_CHARS,
     InputFileError,
@@ -80,7 +81,7 @@ class TurnSink:
             "category": category, "persona": persona, "turn": turn, "n_turns": n_turns, "messages": messages,
             "user_utterance": messages[-1]["content"], "reference_action": reference_action,
             "reference_question": reference_question if reference_action == "clarify" else None,
-            "status": "ok", "error": None, "source": self.file, "record": record,
+            "status": Status.OK, "error": None, "source": self.file, "record": record,
         })
 
     def result(self) -> ImportResult:
