@@ -42,6 +42,7 @@ from dagster_project.config.llm import (
     QualityConfig,
     RoleConfig,
 )
+from dagster_project.config.sql import SqlConfig
 from dagster_project.config.training import MODEL_NAMES, TrainingConfig
 
 __all__ = [
@@ -67,6 +68,7 @@ class Params(Strict):
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     double_turn: DoubleTurnConfig = Field(default_factory=DoubleTurnConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
+    sql: SqlConfig = Field(default_factory=SqlConfig)
 
     @model_validator(mode="after")
     def _known_subjects(self) -> Params:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -13,13 +14,19 @@ from typing import Any
 
 import polars as pl
 
+TEMP_SUFFIX = ".tmp"
+# a temp file of atomic_path: '.<target name>.<8 random characters><suffix>.tmp'; earlier versions ended it with
+# the suffix ('.data.parquet.k2x9_a0b.parquet'), so the views' '*.parquet' glob read it while it was written
+TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}(\.[A-Za-z0-9]+)+$")
+
 
 @contextmanager
 def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
-    """A temp path beside `path`; renamed onto it when the block ends without error, removed otherwise."""
+    """A temp path beside `path` (same filesystem), renamed onto it when the block ends without error, removed
+    otherwise. Its name, '.<name>.<random><suffix>.tmp', matches no reader's glob ('*.parquet', '*.csv')."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix or ".tmp", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix + TEMP_SUFFIX, dir=target.parent)
     os.close(fd)
     umask = os.umask(0)
     os.umask(umask)
@@ -32,6 +39,23 @@ def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def is_temp_file(path: Path) -> bool:
+    """A temp file of atomic_path, of this version or an earlier one (hidden, '.<name>.<random>.<suffix>')."""
+    return bool(TEMP_NAME.match(path.name))
+
+
+def remove_temp_leftovers(folder: str | Path, before: float) -> list[Path]:
+    """Delete the temp files below ``folder`` last modified before ``before`` (an epoch time): what a writer killed
+    between create and rename left behind. A temp file of a write still in flight is newer and stays."""
+    root = Path(folder)
+    if not root.is_dir():
+        return []
+    stale = sorted(p for p in root.rglob(".*") if is_temp_file(p) and p.is_file() and p.lstat().st_mtime < before)
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
 
 
 def write_parquet_atomic(df: pl.DataFrame, path: str | Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from dagster_project.lib.warehouse import (
+    VIEW_GLOB,
     WarehouseIOManager,
     asset_path,
     connect_readonly,
@@ -205,7 +206,7 @@ def test_io_manager_partitions_round_trip_and_union_view(tmp_path, monkeypatch):
     # the view is the union of every partition, columns matched by name (cot has an extra column)
     with connect_readonly("assets/warehouse.duckdb") as con:
         assert con.execute("select count(*), count(trace) from evaluation.predictions").fetchone() == (3, 1)
-    assert f"{tmp_path.resolve().as_posix()}/assets/evaluation/predictions/**/*.parquet" in _view_sql(
+    assert f"{tmp_path.resolve().as_posix()}/assets/evaluation/predictions/{VIEW_GLOB}" in _view_sql(
         "assets/warehouse.duckdb", "evaluation.predictions")
     # a downstream asset asking for all partitions gets the ones that exist ("cot|s2" is not built yet)
     ctx = dg.build_input_context(asset_key=key, asset_partitions_def=MULTI,

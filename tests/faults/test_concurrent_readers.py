@@ -1,0 +1,79 @@
+"""Two writers and a reader at once (issue 29 item 1): the writers rewrite the partitions of one table and its view
+in a loop, as two runs of a group started a second apart do; the reader queries the view the way `clarify sql`
+does, and never fails nor sees a partition that is half old, half new."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from pathlib import Path
+
+import polars as pl
+
+from dagster_project.config.sql import SqlConfig
+from dagster_project.lib.bounded_sql import run_query
+from dagster_project.lib.warehouse import partition_dir, partition_path, register_views, store_partition
+
+# the issue asks for 30 s; 5 s keep `make test` short and still saw the old names fail within the first second
+# (README "Reliability" has the 30 s figures)
+DURATION_S = 5.0
+DAYS = ("2024-05-01", "2024-05-02", "2024-05-03")
+QUERY = "select day, count(*) as n, min(k) as lo, max(k) as hi from logs.raw_logs group by day"
+
+
+def write_loop(base: str, db: str, seed: int, ready, go, until, writes) -> None:
+    """Once ``go`` is set and until the wall clock reaches ``until``: rewrite every day's partition (k rows, each
+    holding k, so a partition is consistent when count = k) and re-register the view; counts into ``writes``."""
+    folder = partition_dir(base, "logs", "raw_logs")
+    k = seed
+    ready.release()
+    go.wait()
+    while time.time() < until.value:
+        for day in DAYS:
+            k = k % 5_000 + 1_001
+            rows = pl.DataFrame({"day": [day] * k, "k": [k] * k})
+            store_partition(rows, partition_path(base, "logs", "raw_logs", day), {}, "writer")
+            register_views(db, {"logs.raw_logs": folder})
+            with writes.get_lock():
+                writes.value += 1
+
+
+def read_loop(base: str, db: str, until: float) -> tuple[int, list[str]]:
+    """(queries answered, errors): an exception or a partition whose rows are not all of one write."""
+    reads, errors = 0, []
+    while time.time() < until:
+        try:
+            rows = run_query(QUERY, db, SqlConfig()).rows()
+        except Exception as err:  # noqa: BLE001 - every failure counts
+            errors.append(f"{type(err).__name__}: {err}")
+            continue
+        reads += 1
+        errors += [f"partition {day}: {n} rows holding {lo}..{hi}" for day, n, lo, hi in rows if not n == lo == hi]
+    return reads, errors
+
+
+def test_a_reader_never_fails_while_two_writers_rewrite_the_table(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    base, db = "assets", str(Path("assets/warehouse.duckdb"))
+    for day in DAYS:
+        rows = pl.DataFrame({"day": [day] * 3, "k": [3] * 3})
+        store_partition(rows, partition_path(base, "logs", "raw_logs", day), {}, "setup")
+    register_views(db, {"logs.raw_logs": partition_dir(base, "logs", "raw_logs")})
+    ctx = mp.get_context("spawn")
+    ready, go, until, writes = ctx.Semaphore(0), ctx.Event(), ctx.Value("d", 0.0), ctx.Value("i", 0)
+    writers = [ctx.Process(target=write_loop, args=(base, db, seed, ready, go, until, writes)) for seed in (0, 2_500)]
+    for w in writers:
+        w.start()
+    try:
+        assert all(ready.acquire(timeout=120) for _ in writers), "a writer did not start"
+        until.value = time.time() + DURATION_S
+        go.set()
+        reads, errors = read_loop(base, db, until.value)
+    finally:
+        go.set()
+        for w in writers:
+            w.join(timeout=120)
+    assert [w.exitcode for w in writers] == [0, 0]
+    assert errors == []
+    assert reads > 0 and writes.value > 2 * len(DAYS)
+    assert sorted(p.name for p in Path(base, "logs", "raw_logs").iterdir()) == [f"{d}.parquet" for d in DAYS]
