@@ -36,8 +36,9 @@ console = Console()
 
 
 def fail(message: object) -> None:
-    """An error line in red, printed as text: params values and paths in it may hold '[...]' (rich markup)."""
-    console.print(str(message), style="red", markup=False, highlight=False)
+    """An error in red, printed as text (params values and paths in it may hold '[...]', rich markup) and not
+    wrapped, so a message keeps its lines in a log or a pipe."""
+    console.print(str(message), style="red", markup=False, highlight=False, soft_wrap=True)
 
 
 SQL_OPTIONS = {"timeout_s": "--timeout", "memory_limit": "--memory-limit", "threads": "--threads"}
@@ -432,12 +433,14 @@ def plan(group: str, params: str = typer.Option("params.yaml", help="params file
     Runs the group's assets in a scratch folder with a planning LLM: the real cache is read (cached calls are
     free), nothing is sent to a model, no asset or cache entry of the project is written."""
     try:
+        missing = input_problems(load_params(params), group)
+        for line in missing:  # as `clarify materialize` does: one line per missing input, naming the params key
+            fail(line)
+        if missing:
+            raise typer.Exit(2)
         plans, ran = plan_group(group, params, partition)
-    except ParamsError as err:
+    except ValueError as err:  # ParamsError too
         fail(err)
-        raise typer.Exit(2) from None
-    except ValueError as err:
-        console.print(str(err), style="red", markup=False)
         raise typer.Exit(2) from None
     t = Table(title=f"LLM plan for group {group!r} (nothing was sent)")
     for c in ("role", "backend", "model", "requests", "samples", "cached", "to generate", "est. tokens in",
