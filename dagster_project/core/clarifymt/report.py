@@ -360,8 +360,8 @@ class Panel:
 
 
 def series_panels(rows: Sequence[dict]) -> list[Panel]:
-    """Series split into panels of at most MAX_SERIES: one per dataset; a dataset with more is packed by subject
-    (a subject's series stay together when they fit; a larger subject is cut into even parts)."""
+    """Series split into panels of at most MAX_SERIES: one per dataset; a dataset with more is packed by subject:
+    a subject with more series is cut into even parts, the others stay whole and share charts (first fit)."""
     panels: list[Panel] = []
     by_dataset: dict[str, list[dict]] = {}
     for r in rows:
@@ -371,15 +371,17 @@ def series_panels(rows: Sequence[dict]) -> list[Panel]:
         for r in part:
             by_subject.setdefault(r["subject"], []).append(r)
         chunks: list[list[dict]] = []
-        for series in by_subject.values():
-            parts = -(-len(series) // MAX_SERIES)
-            size = -(-len(series) // parts)
-            for i in range(0, len(series), size):
-                piece = series[i:i + size]
-                if chunks and len(chunks[-1]) + len(piece) <= MAX_SERIES and len(series) <= MAX_SERIES:
-                    chunks[-1] += piece
-                else:
-                    chunks.append(list(piece))
+        for series in (x for x in by_subject.values() if len(x) > MAX_SERIES):  # cut into even parts
+            size = -(-len(series) // -(-len(series) // MAX_SERIES))
+            chunks += [series[i:i + size] for i in range(0, len(series), size)]
+        shared: list[list[dict]] = []
+        for series in (x for x in by_subject.values() if len(x) <= MAX_SERIES):  # whole, first chart with room
+            room = next((c for c in shared if len(c) + len(series) <= MAX_SERIES), None)
+            if room is None:
+                shared.append(list(series))
+            else:
+                room += series
+        chunks += shared
         for i, chunk in enumerate(chunks, start=1):
             subjects = list(dict.fromkeys(r["subject"] for r in chunk))
             who = subjects[0] if len(subjects) == 1 else f"{len(subjects)} subjects"
