@@ -21,6 +21,7 @@ from dagster_project.core.training.overlap import normalize_query
 from dagster_project.defs.benchmark import assets as benchmark
 from dagster_project.defs.quality.checks import build_checks
 from dagster_project.lib.warehouse import WarehouseIOManager, read_asset
+from dagster_project.training.exports import trained_on
 from defs.test_evaluation import SCRIPTED, _defs, eval_responder
 
 TRAINED = {"backend": "transformers", "model": "training/clarilm_sft"}
@@ -144,7 +145,8 @@ def test_clarilm_held_out_split_is_a_dataset_and_a_planted_overlap_blocks(tmp_pa
     assert check.metadata["overlap_annotations.sft_dataset"].value == 1 and check.metadata["exact_pairs"].value == 1
     assert "Book a flight" in check.metadata["pairs"].value and "book a FLIGHT!" in check.metadata["pairs"].value
     missing = check.metadata["missing_exports"].value  # dt's export was never built: nothing could be checked
-    assert len(missing) == 1 and "double_turn/training_exports:dpo_dataset" in missing[0] and "dt" in missing[0]
+    assert any("double_turn/training_exports:dpo_dataset" in x for x in missing)
+    assert all("(trained on by dt)" in x and "does not exist" in x for x in missing)
     assert check.blocking and not (tmp_path / "assets/evaluation/report").exists()  # blocked: no report
 
 
@@ -166,13 +168,16 @@ def test_held_out_disjoint_passes_only_without_overlap_and_reads_jsonl_exports(t
     (tmp_path / "assets/double_turn/exports/dpo_dataset.jsonl").write_text(json.dumps(
         {"prompt": prompt, "chosen": [{"role": "assistant", "content": "a"}],
          "rejected": [{"role": "assistant", "content": "b"}]}) + "\n")
-    pl.DataFrame({"export": ["dpo_dataset", "dpo_single_turn"],  # an empty export is listed, not written
-                  "path": ["assets/double_turn/exports/dpo_dataset.jsonl", None], "rows": [1, 0],
-                  "written": [True, False], "reason": [None, "empty: no kept rows"]}
+    listed = trained_on("double_turn_dpo") + trained_on("single_turn_dpo")  # every export the two models read
+    names = sorted({ref.split(":")[1] for ref in listed} - {"dpo_dataset"})  # the others: listed, empty, not written
+    pl.DataFrame({"export": ["dpo_dataset", *names], "path": ["assets/double_turn/exports/dpo_dataset.jsonl",
+                                                              *[None] * len(names)],
+                  "rows": [1, *[0] * len(names)], "written": [True, *[False] * len(names)],
+                  "reason": [None, *["empty: no kept rows"] * len(names)]}
                  ).write_parquet(tmp_path / "assets/double_turn/training_exports.parquet")
     embed = WordsEmbedder().encode
     clean = evaluation.held_out_disjoint(params, embed, external_dialogues=_held_out(["Plan my trip"]))
-    assert clean.passed and clean.metadata["exports_checked"].value == 2
+    assert clean.passed and clean.metadata["exports_checked"].value == len(set(listed))
     # the question inside the export's rendered prompt is found (the template is unwrapped), case and "?" aside
     leak = evaluation.held_out_disjoint(params, embed, external_dialogues=_held_out(["who won the world cup"]))
     assert not leak.passed and leak.metadata["exact_pairs"].value == 1
