@@ -26,8 +26,10 @@ export DVC_NO_ANALYTICS := 1
 export GX_ANALYTICS_ENABLED := false
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
+# mkdocs-material prints a banner about MkDocs 2.0 on every build otherwise
+export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install dagster-home demo test test-faults ui bench clean-assets vllm-install test-vllm
+.PHONY: install dagster-home demo test test-faults ui bench docs clean-assets vllm-install test-vllm
 
 install: $(VENV)/.installed $(SMOLLM2_GGUF) dagster-home
 
@@ -76,6 +78,10 @@ ui: install
 
 bench: install
 	$(PY) benchmarks/run.py
+
+# docs/ -> site/ (git-ignored); --strict: a broken link, a missing anchor or a page not in mkdocs.yml's nav fails
+docs: install
+	$(VENV)/bin/mkdocs build --strict
 
 clean-assets:
 	rm -rf assets
