@@ -6,6 +6,7 @@ and assistant_asked (c is the logged assistant question, and is checked against 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from typing import Annotated, Any
 
 import polars as pl
@@ -145,13 +146,17 @@ def skipped_extractions(candidates: pl.DataFrame, limit: int) -> pl.DataFrame:
         error=pl.lit(f"over logs.max_extractions={limit}"))
 
 
-def extract_day(chat: Chat, candidates: pl.DataFrame, cfg: LogsConfig) -> pl.DataFrame:
-    """The kept candidates of one day (of the sources in logs.sources), in candidate_id order, up to
-    logs.max_extractions; the rest are 'skipped' rows."""
-    cands = candidates.filter(pl.col("kept") & pl.col("source").is_in(list(cfg.sources))).sort("candidate_id")
-    limit = cfg.max_extractions
-    todo, skipped = (cands.head(limit), cands.slice(limit)) if limit else (cands, cands.clear())
-    out = extract(chat, todo, cfg.extraction_temperature)
-    if skipped.height:
-        out = pl.concat([out, skipped_extractions(skipped, limit)], how="diagonal_relaxed")
-    return out
+def extract_stream(chat: Chat, batches: Iterable[pl.DataFrame], cfg: LogsConfig) -> Iterator[pl.DataFrame]:
+    """One day's kept candidates (of the sources in logs.sources, in candidate_id order, in batches) -> extraction
+    rows batch by batch, in EXTRACTION_COLUMNS: the first logs.max_extractions are extracted, the rest become
+    'skipped' rows, so memory holds one batch whatever the size of the day."""
+    limit, done = cfg.max_extractions, 0
+    empty = pl.DataFrame(schema=EXTRACTION_COLUMNS)
+    for cands in batches:
+        room = cands.height if limit is None else max(0, limit - done)
+        todo, skipped = cands.head(room), cands.slice(room)
+        done += todo.height
+        if todo.height:
+            yield extract(chat, todo, cfg.extraction_temperature)
+        if skipped.height:
+            yield pl.concat([empty, skipped_extractions(skipped, limit)], how="diagonal_relaxed")

@@ -12,14 +12,16 @@ import tempfile
 import time
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
 
 import dagster as dg
+import duckdb
 import polars as pl
 
 from dagster_project.config import LogsConfig, Params
-from dagster_project.core.clarilm.extraction import NOT_IN_LOG, extract_day
+from dagster_project.core.clarilm.extraction import EXTRACTION_COLUMNS, NOT_IN_LOG, extract_stream
 from dagster_project.core.clarilm.logs import (
     SOURCES,
     TURN_SCHEMA,
@@ -37,13 +39,14 @@ from dagster_project.defs.logs.sensors import build_sensor
 from dagster_project.io.formats.chat_logs import expand_paths
 from dagster_project.io.records import QUARANTINE_SCHEMA
 from dagster_project.io.writers import PartitionWriters
-from dagster_project.lib.assets import group_asset, status_counts, upstream
+from dagster_project.lib.assets import group_asset, status_counts
 from dagster_project.lib.resources import LLMResource
 from dagster_project.lib.warehouse import LAZY, read_row_groups
 
 GROUP = "logs"
 JOB = "logs_ingest"
 SINGLE_RUN = dg.BackfillPolicy.single_run()
+SORT_MEMORY = "64MB"  # DuckDB's share while it orders a day's candidates; past it, it spills to disk
 # backfill_policy is marked beta on @asset; it is the documented way to get single-run backfills
 warnings.filterwarnings("ignore", r"Parameter `backfill_policy`", dg.BetaWarning)
 
@@ -59,10 +62,24 @@ def days_to_materialize(cfg: LogsConfig) -> tuple[list[str], Counter[date]]:
     return days_to_ingest(cfg)
 
 
-def by_day(df: pl.DataFrame, keys: list[str]) -> dict[str, pl.DataFrame]:
-    """{day key: that day's rows} for every key (empty frames for days without rows), split on `log_date`."""
-    parts = df.partition_by("log_date", as_dict=True, maintain_order=True)
-    return {k: parts.get((date.fromisoformat(k),), df.clear()) for k in keys}
+def kept_candidates(path: Path, cfg: LogsConfig) -> Iterator[pl.DataFrame]:
+    """A stored day of log_candidates: its kept rows of the sources in logs.sources in candidate_id order,
+    logs.read_batch_size rows at a time (DuckDB sorts them, spilling to a temp folder past SORT_MEMORY)."""
+    with tempfile.TemporaryDirectory(prefix="kept_candidates_") as tmp, \
+            duckdb.connect(config={"memory_limit": SORT_MEMORY, "temp_directory": tmp}) as con:
+        ordered = con.sql("select * from read_parquet($1) where kept and list_contains($2, source) "
+                          "order by candidate_id", params=[str(path), list(cfg.sources)])
+        for batch in ordered.to_arrow_reader(cfg.read_batch_size):
+            yield pl.from_arrow(batch)
+
+
+def extraction_counts(part: pl.DataFrame) -> Counter[str]:
+    """A batch of log_clarifications rows as metadata counts: rows, tuples (per source), statuses, reject reasons."""
+    tuples = part.filter(pl.col("kept"))
+    return Counter({"candidates": part.height, "tuples": tuples.height,
+                    **{f"tuples_{s}": int((tuples["source"] == s).sum()) for s in SOURCES},
+                    **status_counts(part),
+                    **{r: int((part["reject_reason"] == r).sum()) for r in ("not_clarification", NOT_IN_LOG)}})
 
 
 def build(params: Params) -> dg.Definitions:
@@ -136,25 +153,25 @@ def build(params: Params) -> dg.Definitions:
             yield dg.Output(files, metadata={**counts.as_metadata(), "prefilter_s": round(secs, 3),
                                              "turns_per_s": round(counts.turns / max(secs, 1e-9))})
 
-    @asset(partitions_def=partitions, backfill_policy=SINGLE_RUN, ins=upstream("logs/log_candidates"))
+    @asset(partitions_def=partitions, backfill_policy=SINGLE_RUN,
+           ins={"log_candidates": dg.AssetIn(key=[GROUP, "log_candidates"], metadata={LAZY: True})})
     def log_clarifications(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
-                           llm: dg.ResourceParam[LLMResource], log_candidates: pl.DataFrame
-                           ) -> dict[str, pl.DataFrame]:
+                           llm: dg.ResourceParam[LLMResource], log_candidates: dict[str, Path]):
         """(q_i, c, q_{i+1}, f) tuples: the extractor judges each kept candidate with its source's few-shot
         demonstrations; a logged question the model did not copy from the log is marked (question_not_in_log).
-        logs.max_extractions caps the calls per day."""
+        logs.max_extractions caps the calls per day. Streamed: each day's candidates are read in candidate_id
+        order, logs.read_batch_size at a time, and each batch's rows go straight to that day's Parquet file."""
+        cfg = params.logs
         chat = llm.session(context)
-        keys = _run_days(context)
-        days = {k: extract_day(chat, part, params.logs) for k, part in by_day(log_candidates, keys).items()}
-        out = pl.concat(days.values())
-        tuples = out.filter(pl.col("kept"))
-        context.add_output_metadata({
-            **chat.usage(), "candidates": out.height, "tuples": tuples.height,
-            **{f"tuples_{s}": int((tuples["source"] == s).sum()) for s in SOURCES},
-            **dict(sorted(status_counts(out).items())),
-            **{r: int((out["reject_reason"] == r).sum()) for r in ("not_clarification", NOT_IN_LOG)},
-        })
-        return days
+        tally = extraction_counts(pl.DataFrame(schema=EXTRACTION_COLUMNS))  # zeros, for a run without candidates
+        with tempfile.TemporaryDirectory(prefix="log_clarifications_") as tmp:
+            out = PartitionWriters(tmp, _run_days(context), EXTRACTION_COLUMNS, cfg.read_batch_size)
+            for key, path in log_candidates.items():
+                for part in extract_stream(chat, kept_candidates(path, cfg), cfg):
+                    tally.update(extraction_counts(part))
+                    out.write(key, part)
+            files = out.close()
+            yield dg.Output(files, metadata={**chat.usage(), **tally})
 
     job = dg.define_asset_job(
         JOB, selection=dg.AssetSelection.groups(GROUP), partitions_def=partitions,
