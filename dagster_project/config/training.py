@@ -8,8 +8,8 @@ from pydantic import Field, model_validator
 
 from dagster_project.config.base import Strict
 
-ModelName = Literal["clarilm_sft", "clarilm_dpo", "double_turn_dpo", "single_turn_dpo", "intents_tuned",
-                    "reranker_finetuned"]
+ModelName = Literal["clarilm_sft", "clarilm_dpo", "double_turn_sft", "double_turn_dpo", "single_turn_dpo",
+                    "intents_tuned", "reranker_finetuned"]
 MODEL_NAMES: tuple[str, ...] = ModelName.__args__  # type: ignore[attr-defined]
 
 

@@ -21,12 +21,14 @@ from dagster_project.lib.warehouse import ASSETS_DIR, read_asset
 
 # the exports each LM trains on ("group/asset" = a parquet asset; "group/asset:name" = a JSONL export listed in that
 # asset's table): what the held_out_disjoint check compares with the evaluation queries. clarilm_dpo continues
-# clarilm_sft, so it has seen both; an intents sweep model (intents_tuned_p<pct>) takes intents_tuned's entry.
+# clarilm_sft and both double_turn DPO models continue double_turn_sft, so they have seen both; an intents sweep
+# model (intents_tuned_p<pct>) takes intents_tuned's entry.
 TRAINED_ON: dict[str, tuple[str, ...]] = {
     "clarilm_sft": ("annotations/sft_dataset",),
     "clarilm_dpo": ("annotations/dpo_dataset", "annotations/sft_dataset"),
-    "double_turn_dpo": ("double_turn/training_exports:dpo_dataset",),
-    "single_turn_dpo": ("double_turn/training_exports:dpo_single_turn",),
+    "double_turn_sft": ("double_turn/training_exports:sft_dataset",),
+    "double_turn_dpo": ("double_turn/training_exports:dpo_dataset", "double_turn/training_exports:sft_dataset"),
+    "single_turn_dpo": ("double_turn/training_exports:dpo_single_turn", "double_turn/training_exports:sft_dataset"),
     "intents_tuned": ("intents/training_conversations",),
 }
 
@@ -47,7 +49,7 @@ def model_template(name: str, params: Params) -> TrainedTemplate:
     family = _family(name)
     if family.startswith("clarilm_"):
         return clarilm_template(params.annotations.system_prompt)
-    if family in ("double_turn_dpo", "single_turn_dpo"):
+    if family in ("double_turn_sft", "double_turn_dpo", "single_turn_dpo"):
         return double_turn_template(params.double_turn.subject_output)
     if family == "intents_tuned":
         return intents_template()

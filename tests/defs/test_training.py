@@ -44,10 +44,13 @@ def _write_exports(root):
             "rejected": [m("assistant", '{"action":"answer"}')]}
     same = {**pair, "rejected": pair["chosen"]}  # no preference: left out, and the table says so
     (a / "double_turn/exports/dpo_dataset.jsonl").write_text("".join(json.dumps(p) + "\n" for p in (pair, pair, same)))
-    pl.DataFrame({"export": ["dpo_dataset", "dpo_single_turn"],
+    sft = {"messages": [*turn2_prompt("clarify_or_direct", "who wrote it?", OUTPUT), m("assistant", "Mary Shelley")]}
+    (a / "double_turn/exports/sft_dataset.jsonl").write_text(json.dumps(sft) + "\n")
+    pl.DataFrame({"export": ["dpo_dataset", "dpo_single_turn", "sft_dataset"],
                   "path": ["assets/double_turn/exports/dpo_dataset.jsonl",
-                           "assets/double_turn/exports/dpo_single_turn.jsonl"],
-                  "rows": [2, 0], "written": [True, False], "reason": [None, "empty: no kept rows"]}
+                           "assets/double_turn/exports/dpo_single_turn.jsonl",
+                           "assets/double_turn/exports/sft_dataset.jsonl"],
+                  "rows": [2, 0, 1], "written": [True, False, True], "reason": [None, "empty: no kept rows", None]}
                  ).write_parquet(a / "double_turn/training_exports.parquet")
     conv = [{"conversation_id": f"c{i}", "label_dropout": False, "sdrs": s, "outcome": "correct", "kept": k,
              "messages": [m("system", "intents"), m("user", f"u{i}"), m("assistant", "which order?"),
@@ -103,13 +106,16 @@ def test_every_model_asset_reads_its_export(built):
     assert result.success
     evaluations = result.get_asset_check_evaluations()
     assert len(evaluations) == 7 and all(e.passed for e in evaluations)
-    assert sorted(jobs) == ["clarilm_dpo", "clarilm_sft", "double_turn_dpo", "intents_tuned", "intents_tuned_p100",
-                            "intents_tuned_p50", "single_turn_dpo"]
+    assert sorted(jobs) == ["clarilm_dpo", "clarilm_sft", "double_turn_dpo", "double_turn_sft", "intents_tuned",
+                            "intents_tuned_p100", "intents_tuned_p50", "single_turn_dpo"]
     assert len(jobs["clarilm_sft"].rows) == 2 and jobs["clarilm_sft"].kind == "sft"
     assert jobs["clarilm_sft"].rows[0]["completion"] == [m("assistant", "Need clarification: yes\nAnimal or car?")]
     assert len(jobs["clarilm_dpo"].rows) == 1 and jobs["clarilm_dpo"].kind == "dpo"
     assert str(jobs["clarilm_dpo"].init_adapter) == "assets/training/clarilm_sft/adapter"
     assert len(jobs["double_turn_dpo"].rows) == 2
+    # the paper's chain: SFT on the SFT-stage export first, then DPO continues the SFT model
+    assert len(jobs["double_turn_sft"].rows) == 1 and jobs["double_turn_sft"].kind == "sft"
+    assert str(jobs["double_turn_dpo"].init_adapter) == "assets/training/double_turn_sft/adapter"
     row = _read(tmp, "double_turn_dpo").row(0, named=True)
     assert row["status"] == "trained" and row["reason"] == "left out 1 pair(s) whose chosen == rejected (records [3])"
 
@@ -154,7 +160,8 @@ def test_every_lm_records_the_template_of_its_export(built):
     dt = "double_turn_json" if params.double_turn.subject_output == "json" else "double_turn_text"
     parsers = {n: j.template["parser"] for n, j in jobs.items()}
     assert parsers == {"clarilm_sft": "clarilm_need_clarification", "clarilm_dpo": "clarilm_need_clarification",
-                       "double_turn_dpo": dt, "single_turn_dpo": dt, "intents_tuned": "intent_name",
+                       "double_turn_sft": dt, "double_turn_dpo": dt, "single_turn_dpo": dt,
+                       "intents_tuned": "intent_name",
                        "intents_tuned_p100": "intent_name", "intents_tuned_p50": "intent_name"}
     assert jobs["clarilm_sft"].template["system"] == params.annotations.system_prompt
 

@@ -1,7 +1,7 @@
 """Group `training`: one asset per trained model, each reading the export it trains on (lineage export -> model).
 
 annotations/sft_dataset -> clarilm_sft -> clarilm_dpo <- annotations/dpo_dataset        (ClariLM: SFT, then DPO)
-double_turn/training_exports -> double_turn_dpo, single_turn_dpo                       (the two labelling schemes)
+double_turn/training_exports -> double_turn_sft -> double_turn_dpo, single_turn_dpo     (SFT, then DPO per labelling)
 intents/training_conversations -> intents_tuned (+ one model per sweep percentile)     (SDRS-filtered tuning)
 retrieval/reranker_training + documents -> reranker_finetuned -> reranker_eval        (ClariMM fine-tuned baseline)
 
@@ -118,9 +118,21 @@ def build(params: Params) -> dg.Definitions:
     if "clarilm_dpo" in enabled:
         assets.append(_clarilm_dpo_asset(asset, after_sft="clarilm_sft" in enabled))
 
+    if "double_turn_sft" in enabled:
+        @asset(ins=upstream("double_turn/training_exports"))
+        def double_turn_sft(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                            training_exports: pl.DataFrame) -> pl.DataFrame:
+            """Clarify-or-Direct SFT on the double_turn sft_dataset export (the SFT-stage queries' clarifying
+            questions and direct answers): the model both double_turn DPO models continue (paper §4)."""
+            records, source, why = _export_rows(training_exports, "sft_dataset")
+            job = LMJob("double_turn_sft", "sft", trl_sft_rows(records, source), "double_turn/sft_dataset",
+                        template=model_template("double_turn_sft", params).record())
+            return _emit(context, _table([_lm(params, job, why)]))
+        assets.append(double_turn_sft)
+
     for name, export in (("double_turn_dpo", "dpo_dataset"), ("single_turn_dpo", "dpo_single_turn")):
         if name in enabled:
-            assets.append(_double_turn_asset(asset, name, export))
+            assets.append(_double_turn_asset(asset, name, export, after_sft="double_turn_sft" in enabled))
 
     if "intents_tuned" in enabled:
         @asset(ins=upstream("intents/training_conversations"))
@@ -187,18 +199,36 @@ def _clarilm_dpo_asset(asset: Any, after_sft: bool) -> Any:
     return clarilm_dpo
 
 
-def _double_turn_asset(asset: Any, name: str, export: str) -> Any:
-    doc = (f"DPO of the base model on the double_turn {export} export (Clarify-or-Direct prompt), so Table 1 "
-           "compares two trained models (double-turn vs single-turn labelling).")
+def _double_turn_dpo(context: dg.AssetExecutionContext, params: Params, name: str, export: str,
+                     training_exports: pl.DataFrame, sft: pl.DataFrame | None) -> pl.DataFrame:
+    records, source, why = _export_rows(training_exports, export)
+    rows, same = trl_dpo_rows(records, source)
+    init = None
+    if sft is not None:
+        missing = sft_stage_missing(sft, "double_turn_sft", name)
+        if missing:
+            context.log.warning(missing)
+            return _emit(context, _table([result_row(name, "dpo", "skipped_no_data", f"double_turn/{export}",
+                                                     len(rows), missing)]))
+        init = models_root() / "double_turn_sft" / ADAPTER
+    job = LMJob(name, "dpo", rows, f"double_turn/{export}", init, template=model_template(name, params).record())
+    return _emit(context, _table([_lm(params, job, why, same)]))
 
-    @asset(name=name, description=doc, ins=upstream("double_turn/training_exports"))
-    def _dpo(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
-             training_exports: pl.DataFrame) -> pl.DataFrame:
-        records, source, why = _export_rows(training_exports, export)
-        rows, same = trl_dpo_rows(records, source)
-        job = LMJob(name, "dpo", rows, f"double_turn/{export}", template=model_template(name, params).record())
-        return _emit(context, _table([_lm(params, job, why, same)]))
 
+def _double_turn_asset(asset: Any, name: str, export: str, after_sft: bool) -> Any:
+    doc = (f"DPO on the double_turn {export} export (Clarify-or-Direct prompt), continuing training/double_turn_sft "
+           "when it is built (the paper: SFT first, DPO from the SFT model; its adapter is recorded as init_adapter), "
+           "else from the base; Table 1 compares double-turn vs single-turn labelling.")
+    if after_sft:
+        @asset(name=name, description=doc, ins=upstream("double_turn/training_exports", "training/double_turn_sft"))
+        def _dpo(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                 training_exports: pl.DataFrame, double_turn_sft: pl.DataFrame) -> pl.DataFrame:
+            return _double_turn_dpo(context, params, name, export, training_exports, double_turn_sft)
+    else:
+        @asset(name=name, description=doc, ins=upstream("double_turn/training_exports"))
+        def _dpo(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                 training_exports: pl.DataFrame) -> pl.DataFrame:
+            return _double_turn_dpo(context, params, name, export, training_exports, None)
     return _dpo
 
 
