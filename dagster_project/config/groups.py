@@ -83,7 +83,7 @@ class RetrievalConfig(Strict):
     rewrite_answers: bool = True                           # Algorithm 1: conceal -> hint -> reveal rewrites
     refine_temperature: float = Field(0.7, ge=0.0, le=2.0)
     first_stage_k: int = Field(100, gt=0)                  # BM25 depth (paper: 100)
-    rerank_depth: int = Field(10, gt=0)                    # BM25 candidates the generative re-ranker ranks in full
+    rerank_depth: int = Field(10, gt=0)                    # BM25 candidates every re-ranker re-orders (one depth)
     failed_rerank: Literal["first_stage", "drop_query"] = "first_stage"  # a failed ranking: keep BM25's, flagged,
     #                                                        or remove the query from EVERY ranker's scores
     training_negatives: int = Field(7, ge=1)               # BM25 negatives per re-ranker training example
@@ -133,6 +133,9 @@ class DoubleTurnConfig(Strict):
     eval_fraction: float = Field(0.5, gt=0.0, lt=1.0, description="share of `split: both` queries held out for "
                                  "evaluation (seeded hash of the query id; the rest is training)")
     max_queries: int | None = Field(4, gt=0, description="per use (train / eval), half ambiguous; null = all")
+    sft_fraction: float | None = Field(0.5, gt=0.0, lt=1.0, description="share of the selected training queries "
+                                       "for SFT data, the rest for DPO candidates and pairs (disjoint, as in the "
+                                       "paper; seeded hash of the id); null: both stages use every training query")
     seed: int = 0
     rounds: int = Field(1, gt=0, description="Y_model sampling rounds; paper: 10")
     n_shots: int = Field(3, ge=0, description="few-shot exemplars per answerer prompt; paper: 5")

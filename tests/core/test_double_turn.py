@@ -606,3 +606,29 @@ def test_labels_and_evaluation_use_two_simulator_roles():
     roles = LLMConfig(roles={"default": RoleConfig(), "label_simulator": RoleConfig(model="small.gguf"),
                              "eval_simulator": RoleConfig(model="big.gguf")})
     assert roles.role("eval_simulator").model == "big.gguf"
+
+
+def test_sft_and_dpo_stages_are_disjoint_and_cover_the_training_queries():
+    from dagster_project.core.double_turn.split import shared_queries, stage_queries
+
+    queries = pl.DataFrame({"query_id": [f"q{i}" for i in range(200)]})
+    sft = stage_queries(queries, "sft", 0, 0.5)
+    dpo = stage_queries(queries, "dpo", 0, 0.5)
+    assert not set(sft["query_id"]) & set(dpo["query_id"])
+    assert sft.height + dpo.height == 200 and 70 < sft.height < 130
+    assert stage_queries(queries, "sft", 0, None).height == 200  # null: both stages use every query
+    assert stage_queries(queries, "sft", 1, 0.5)["query_id"].to_list() != sft["query_id"].to_list()
+    assert shared_queries(sft, dpo) == [] and shared_queries(sft, queries) == sorted(sft["query_id"].to_list())
+
+
+def test_each_stage_gets_its_own_selection():
+    from dagster_project.core.double_turn.qa import select_queries
+    from dagster_project.core.double_turn.split import stage_queries
+
+    qa = pl.DataFrame({"query_id": [f"q{i}" for i in range(40)], "use": ["train"] * 30 + ["eval"] * 10,
+                       "is_ambiguous": [i % 2 == 0 for i in range(40)]})
+    out = select_queries(qa, 4, 0, sft_fraction=0.5)
+    train = out.filter(pl.col("selected_train"))
+    assert stage_queries(train, "sft", 0, 0.5).height == 4 and stage_queries(train, "dpo", 0, 0.5).height == 4
+    assert out["selected_eval"].sum() == 4 and not (out["selected_train"] & out["selected_eval"]).any()
+    assert select_queries(qa, 4, 0)["selected_train"].sum() == 4  # no stages: one selection, as before

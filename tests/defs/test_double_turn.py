@@ -116,7 +116,7 @@ def _params(tmp_path, **overrides) -> str:
                        {"path": "ambig_eval.json", "format": "ambigqa", "split": "eval"},
                        {"path": "nq_eval.jsonl", "format": "nq_open", "split": "eval"}],
             "max_queries": None, "rounds": 1, "n_shots": 2, "n_clarify_sampled": 1, "n_direct_samples": 3,
-            "random_repeats": 50, **overrides,
+            "random_repeats": 50, "sft_fraction": None, **overrides,
         },
     }
     path = tmp_path / "params.yaml"

@@ -16,7 +16,7 @@ import polars as pl
 
 from dagster_project.config import DoubleTurnConfig, DoubleTurnInput
 from dagster_project.core.double_turn.metrics import normalize_answer
-from dagster_project.core.double_turn.split import USES, assign_use
+from dagster_project.core.double_turn.split import USES, assign_use, train_stage
 from dagster_project.io.formats.ambigqa import read_ambigqa
 from dagster_project.io.formats.clarify_jsonl import read_clarify_jsonl
 from dagster_project.io.formats.nq_open import read_nq_open
@@ -140,27 +140,38 @@ def qa_tables(files: list[QAFile]) -> tuple[pl.DataFrame, Quarantine]:
     return pl.DataFrame(rows, schema=QA_SCHEMA), rejected
 
 
-def select_queries(qa: pl.DataFrame, max_queries: int | None, seed: int) -> pl.DataFrame:
+def _draw(pool: pl.DataFrame, max_queries: int | None, key: str) -> set[str]:
+    """Up to max_queries ids of `pool`, half ambiguous where possible (seeded shuffle per stratum); None: all."""
+    if max_queries is None:
+        return set(pool["query_id"])
+    rng = random.Random(key)
+    amb = list(pool.filter(pl.col("is_ambiguous"))["query_id"])
+    una = list(pool.filter(~pl.col("is_ambiguous"))["query_id"])
+    rng.shuffle(amb)
+    rng.shuffle(una)
+    n_amb = min(len(amb), max(max_queries - len(una), (max_queries + 1) // 2))
+    n_una = min(len(una), max_queries - n_amb)
+    return set(amb[:n_amb]) | set(una[:n_una])
+
+
+def select_queries(qa: pl.DataFrame, max_queries: int | None, seed: int,
+                   sft_fraction: float | None = None) -> pl.DataFrame:
     """Add ``selected_train`` / ``selected_eval``: up to max_queries of each use, half ambiguous where possible.
 
     Each use draws only from its own queries (``use``, see split.assign_use), so the two selections are
     disjoint. Selection is a seeded shuffle within the ambiguous and unambiguous strata, so a small demo
-    sees both kinds of question. ``None`` selects every query of the use.
+    sees both kinds of question. ``None`` selects every query of the use. With ``sft_fraction`` the training
+    queries of each stage (split.train_stage: SFT, DPO) are drawn apart, up to max_queries each.
     """
     out = qa
     for use in USES:
         pool = qa.filter(pl.col("use") == use)
-        if max_queries is None:
-            chosen = set(pool["query_id"])
+        if use == "train" and sft_fraction is not None:
+            stage = pl.Series([train_stage(q, seed, sft_fraction) for q in pool["query_id"]], dtype=pl.Utf8)
+            chosen = set().union(*(_draw(pool.filter(stage == s), max_queries, f"{seed}:{use}:{s}")
+                                   for s in ("sft", "dpo")))
         else:
-            rng = random.Random(f"{seed}:{use}")
-            amb = list(pool.filter(pl.col("is_ambiguous"))["query_id"])
-            una = list(pool.filter(~pl.col("is_ambiguous"))["query_id"])
-            rng.shuffle(amb)
-            rng.shuffle(una)
-            n_amb = min(len(amb), max(max_queries - len(una), (max_queries + 1) // 2))
-            n_una = min(len(una), max_queries - n_amb)
-            chosen = set(amb[:n_amb]) | set(una[:n_una])
+            chosen = _draw(pool, max_queries, f"{seed}:{use}")
         out = out.with_columns(pl.col("query_id").is_in(list(chosen)).alias(f"selected_{use}"))
     return out
 
@@ -170,7 +181,7 @@ def import_qa_sets(cfg: DoubleTurnConfig) -> tuple[pl.DataFrame, Quarantine, lis
     files = read_inputs(cfg.inputs)
     qa, rejected = qa_tables(files)
     qa = assign_use(qa, cfg.seed, cfg.eval_fraction)
-    return select_queries(qa, cfg.max_queries, cfg.seed), rejected, files
+    return select_queries(qa, cfg.max_queries, cfg.seed, cfg.sft_fraction), rejected, files
 
 
 def selected(qa: pl.DataFrame, use: str) -> pl.DataFrame:

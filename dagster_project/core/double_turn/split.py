@@ -3,6 +3,7 @@ systems are evaluated on): disjoint by construction, and the check that proves i
 
 A query of a `split: both` file goes to evaluation when a seeded hash of its id falls below
 ``eval_fraction``; the assignment depends only on (seed, query id), so adding files never moves a query.
+Training queries are drawn the same way into an SFT and a DPO stage (``sft_fraction``), disjoint as in the paper.
 """
 
 from __future__ import annotations
@@ -22,6 +23,27 @@ def hashed_use(query_id: str, seed: int, eval_fraction: float) -> str:
     """"eval" or "train" for one query of a `split: both` file (seeded sha256 of the id, uniform in [0, 1))."""
     digest = hashlib.sha256(f"{seed}:{query_id}".encode()).digest()
     return "eval" if int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction else "train"
+
+
+def train_stage(query_id: str, seed: int, sft_fraction: float) -> str:
+    """"sft" or "dpo" for one training query: the paper trains SFT and DPO on disjoint questions (seeded sha256 of
+    the id, salted apart from the train / eval draw)."""
+    digest = hashlib.sha256(f"{seed}:stage:{query_id}".encode()).digest()
+    return "sft" if int.from_bytes(digest[:8], "big") / 2**64 < sft_fraction else "dpo"
+
+
+def stage_queries(queries: pl.DataFrame, stage: str, seed: int, sft_fraction: float | None) -> pl.DataFrame:
+    """The training queries of one stage (sft: SFT data; dpo: candidates and preference pairs); with
+    sft_fraction None both stages use every training query."""
+    if sft_fraction is None:
+        return queries
+    keep = [train_stage(q, seed, sft_fraction) == stage for q in queries["query_id"]]
+    return queries.filter(pl.Series(keep, dtype=pl.Boolean))
+
+
+def shared_queries(sft: pl.DataFrame, pairs: pl.DataFrame) -> list[str]:
+    """Query ids that reached both the SFT rows and the preference pairs (empty when the stages are disjoint)."""
+    return sorted(set(sft["query_id"].to_list()) & set(pairs["query_id"].to_list()))
 
 
 def assign_use(qa: pl.DataFrame, seed: int, eval_fraction: float) -> pl.DataFrame:

@@ -104,12 +104,14 @@ def qa_sets(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params])
 def feasible_answers(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                      llm: dg.ResourceParam[LLMResource], qa_sets: pl.DataFrame) -> pl.DataFrame:
     """Y_human from the annotations and Y_model from a few-shot base completion of the answerer (greedy + T=1.0
-    per round, shots from training queries only)."""
+    per round, shots from training queries only), for the SFT stage's training queries (double_turn.sft_fraction:
+    disjoint from the DPO stage's)."""
     chat = llm.session(context)
     cfg = params.double_turn
-    out = answers.feasible_answers(chat, qa.selected(qa_sets, "train"), answers.shot_pool(qa_sets), cfg)
+    queries = split.stage_queries(qa.selected(qa_sets, "train"), "sft", cfg.seed, cfg.sft_fraction)
+    out = answers.feasible_answers(chat, queries, answers.shot_pool(qa_sets), cfg)
     context.add_output_metadata({
-        **usage(chat, out.height), "queries": out.height, **status_counts(out),
+        **usage(chat, out.height), "queries": out.height, "stage": "sft", **status_counts(out),
         "model_filter_passed": int(out["model_filter_passed"].sum()), "y_model_filter": cfg.y_model_filter,
         "y_model_dropped": int(out["y_model_dropped"].list.len().sum() or 0),
         "filtered_no_gold_match": int((~out["model_filter_passed"]).sum()),
@@ -140,13 +142,15 @@ def clarify_sft(context: dg.AssetExecutionContext, params: dg.ResourceParam[Para
 @asset(ins=upstream("double_turn/qa_sets"))
 def candidate_responses(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                         llm: dg.ResourceParam[LLMResource], qa_sets: pl.DataFrame) -> pl.DataFrame:
-    """Per query: clarifying questions (clarifier, 1 greedy + n sampled), the greedy direct answer and the
-    Direct-Ans sampled pool (answerer)."""
+    """Per DPO-stage training query (disjoint from the SFT stage's, double_turn.sft_fraction): clarifying questions
+    (clarifier, 1 greedy + n sampled), the greedy direct answer and the Direct-Ans sampled pool (answerer)."""
     chat = llm.session(context)
-    queries = qa.selected(qa_sets, "train")
-    out = candidates.candidate_responses(chat, queries, answers.shot_pool(qa_sets), params.double_turn)
+    cfg = params.double_turn
+    queries = split.stage_queries(qa.selected(qa_sets, "train"), "dpo", cfg.seed, cfg.sft_fraction)
+    out = candidates.candidate_responses(chat, queries, answers.shot_pool(qa_sets), cfg)
     context.add_output_metadata({
-        **usage(chat, queries.height), "queries": queries.height, "in_pairs": int(out["in_pairs"].sum()),
+        **usage(chat, queries.height), "queries": queries.height, "stage": "dpo",
+        "in_pairs": int(out["in_pairs"].sum()),
         "by_kind": dg.MetadataValue.json(dict(out.group_by("kind").len().iter_rows())),
     })
     return out
@@ -231,7 +235,8 @@ def training_exports(context: dg.AssetExecutionContext, params: dg.ResourceParam
     yield dg.Output(out, metadata={
         "written": int(out["written"].sum()), "skipped_empty": out.filter(pl.col("reason").str.starts_with("empty"))["export"].to_list(),
         "rows": dg.MetadataValue.json(dict(zip(out["export"], out["rows"], strict=True))),
-        "train_eval_overlap": leaks.height})
+        "train_eval_overlap": leaks.height,
+        "sft_dpo_shared_queries": len(split.shared_queries(clarify_sft, preference_pairs))})
     yield dg.AssetCheckResult(check_name="no_train_eval_overlap", passed=leaks.height == 0,
                               severity=dg.AssetCheckSeverity.ERROR,
                               metadata={"leaks": leaks.height,
