@@ -40,7 +40,7 @@ def run_query(query: str, db: str | Path, bounds: SqlConfig) -> pl.DataFrame:
                                 "(raise --timeout, or sql.timeout_s in params.yaml)") from None
         except duckdb.OutOfMemoryException as err:
             reason = str(err).splitlines()[0]
-            raise SqlBoundError(f"the query needs more memory than memory_limit {bounds.memory_limit} and was "
-                                f"stopped (raise --memory-limit, or sql.memory_limit in params.yaml): {reason}") from None
+            raise SqlBoundError(f"the query needs more memory than memory_limit {bounds.memory_limit} and was stopped "
+                                f"(raise --memory-limit, or sql.memory_limit in params.yaml): {reason}") from None
         finally:
             timer.cancel()

@@ -4,6 +4,7 @@ connection stays read-only for data and files (nothing spills to disk)."""
 
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pytest
 import yaml
@@ -11,7 +12,7 @@ from typer.testing import CliRunner
 
 from dagster_project.cli import app
 from dagster_project.config import Params
-from dagster_project.lib.warehouse import rebuild_views, write_parquet_atomic
+from dagster_project.lib.warehouse import connect_readonly, rebuild_views, write_parquet_atomic
 
 FOREVER = "select count(*) from range(1000000000) a cross join range(1000000000) b"  # 10^18 rows
 HUNGRY = "select count(*) from (select distinct range from range(20000000))"  # a hash table of 20 M keys
@@ -100,3 +101,18 @@ def test_a_bad_bound_is_refused_naming_the_key_or_option(project, where, value, 
 def test_the_shipped_params_hold_the_documented_defaults():
     shipped = yaml.safe_load((Path(__file__).resolve().parents[2] / "params.yaml").read_text())["sql"]
     assert shipped == Params().sql.model_dump() == {"timeout_s": 60, "memory_limit": "2GB", "threads": 2}
+
+
+def test_the_bounded_connection_is_read_only_without_the_statement_check(project):
+    """Defence in depth: the connection itself (not only `clarify sql`'s one-SELECT check) refuses to change the
+    warehouse, to attach a database it could write, to raise its bounds or to spill."""
+    before = files_under(".")
+    with connect_readonly(memory_limit="64MB", threads=1) as con:
+        for statement in ("CREATE TABLE benchmark.t AS SELECT 1", "DROP VIEW benchmark.taxonomy",
+                          "ATTACH 'assets/new.duckdb' AS w", "SET memory_limit = '100GB'",
+                          "SET temp_directory = 'assets/spill'"):
+            with pytest.raises(duckdb.Error):
+                con.execute(statement)
+        with pytest.raises(duckdb.OutOfMemoryException):
+            con.execute(HUNGRY)
+    assert files_under(".") == before

@@ -107,7 +107,8 @@ def test_only_leftovers_older_than_the_process_are_removed(project):
     removed = remove_leftover_temp_files("logs")
     assert removed == [old] and not old.exists()
     assert fresh.exists()  # modified now: a write in flight in another process keeps its temp file
-    assert sorted(p.name for p in Path("assets/logs/raw_logs").iterdir()) == [fresh.name, *(f"{d}.parquet" for d in DAYS)]
+    left = sorted(p.name for p in Path("assets/logs/raw_logs").iterdir())
+    assert left == [fresh.name, *(f"{d}.parquet" for d in DAYS)]
 
 
 DAY_PARTS = dg.StaticPartitionsDefinition(list(DAYS))
@@ -131,5 +132,6 @@ def test_a_rerun_after_a_killed_write_succeeds_and_removes_the_leftovers(project
     assert results and all(r.success for r in results)
     assert sum("a temp file left by a killed writer" in line for line in said) == 2  # the logs group's two
     assert not any(p.exists() for p in planted[:2]) and planted[2].exists()  # another group's: its own run's job
-    assert cli("sql", "--csv", "select count(*) as n, sum(t) as s from logs.raw_logs").output.split() == ["n,s", "6,120"]
+    result = cli("sql", "--csv", "select count(*) as n, sum(t) as s from logs.raw_logs")
+    assert result.output.split() == ["n,s", "6,120"]
     assert cli("views").exit_code == 0
