@@ -3,11 +3,14 @@ that lists every dialogue and shows, turn by turn, the user's words, the referen
 
 Reads the built Parquet (evaluation.predictions, evaluation.judge_scores and the dialogue tables), never runs
 anything. The page embeds the data once as compact JSON (every string stored once in a table, columns as index
-arrays) and its small script renders the list and one dialogue at a time, so 16k turns x 9 methods stay usable.
+arrays), gzipped, and its small script renders the list and one dialogue at a time, so 16k turns x 9 methods stay
+usable (docs/viewer.md has the measured size and paint times).
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
 import html
 import json
 from dataclasses import dataclass
@@ -27,6 +30,7 @@ TURN_KEY = ["dialogue_id", "turn"]
 PRED_KEY = ["subject", "method", "dialogue_id", "turn"]
 AGENT_FIELDS = ("decided_by", "target_slot", "persona_forecast", "rsc", "slots", "assumptions", "step_errors")
 MISSING = -1  # index of a null string / score in the encoded columns
+AGENT_CHUNK = 2048  # predictions per separately packed block of module outputs (unpacked when first opened)
 
 
 class StringTable:
@@ -126,16 +130,21 @@ def dataset_turns(base: str | Path = ASSETS_DIR, clarify_must_be_question: bool 
     return out
 
 
-def encode(t: DatasetTurns) -> dict[str, Any]:
+def agent_outputs(t: DatasetTurns) -> list[str | None]:
+    """ClarifyAgent's module outputs (JSON text) of every prediction, None for the other methods."""
+    return [_agent_outputs(r) for r in t.preds.select("method", "trace", *AGENT_FIELDS).iter_rows(named=True)]
+
+
+def encode(t: DatasetTurns, agent: list[str | None]) -> dict[str, Any]:
     """The page's data: dialogues (d), their turns (t) and every prediction (p) as parallel arrays; d.t0 and t.p0
-    are the first turn / prediction of each dialogue / turn (the next entry's value ends the range)."""
+    are the first turn / prediction of each dialogue / turn (the next entry's value ends the range); p.agent
+    flags the predictions with module outputs (`agent`, packed apart by agent_blocks)."""
     strings = StringTable()
     preds = t.preds
     turns = preds.unique(TURN_KEY, keep="first", maintain_order=True)
     dialogues = turns.unique("dialogue_id", keep="first", maintain_order=True)
     turn_start = preds.with_row_index("_i").group_by(TURN_KEY, maintain_order=True).agg(pl.col("_i").min())
     dlg_start = turns.with_row_index("_i").group_by("dialogue_id", maintain_order=True).agg(pl.col("_i").min())
-    agent = [_agent_outputs(r) for r in preds.select("method", "trace", *AGENT_FIELDS).iter_rows(named=True)]
     correct = [MISSING if not ev else int(bool(c)) for ev, c in zip(preds["evaluated"], preds["correct"], strict=True)]
     return {
         "dataset": t.dataset,
@@ -152,23 +161,32 @@ def encode(t: DatasetTurns) -> dict[str, Any]:
               "reply": strings.encode(preds["response"].to_list()), "status": strings.encode(preds["status"].to_list()),
               "error": strings.encode(preds["error"].to_list()),
               "score": [MISSING if s is None else int(s) for s in preds["score"].to_list()],
-              "judged": strings.encode(preds["judged_by"].to_list()), "agent": strings.encode(agent)},
+              "judged": strings.encode(preds["judged_by"].to_list()), "agent": [int(a is not None) for a in agent]},
+        "agentChunk": AGENT_CHUNK,
         "n": {"dialogues": dialogues.height, "turns": turns.height, "predictions": preds.height},
         "s": strings.strings(),
     }
 
 
-def _script_json(data: dict[str, Any]) -> str:
-    """JSON that cannot close or comment out its <script> element."""
-    return (json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-            .replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+def agent_blocks(agent: list[str | None]) -> list[str]:
+    """The module outputs, AGENT_CHUNK predictions per packed block: they are most of the data, and the page
+    unpacks a block only when one of its rows is opened."""
+    return [packed(agent[i:i + AGENT_CHUNK]) for i in range(0, len(agent), AGENT_CHUNK)]
+
+
+def packed(data: Any) -> str:
+    """The data as gzipped JSON in base64: a fraction of the JSON's size (the module outputs repeat a lot), and
+    base64 holds no '<', so it cannot close its <script> element."""
+    raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode("ascii")
 
 
 _ASSETS = Path(__file__).with_name("transcripts_page")
 
 
-def render_page(data: dict[str, Any], generated: str) -> str:
-    """The whole page: shell, inline CSS, the encoded data and the inline script (no network)."""
+def render_page(data: dict[str, Any], agent: list[str], generated: str) -> str:
+    """The whole page: shell, inline CSS, the encoded data, the packed module-output blocks (a JSON list of base64
+    strings) and the inline script (no network)."""
     css = (_ASSETS / "viewer.css").read_text(encoding="utf-8")
     js = (_ASSETS / "viewer.js").read_text(encoding="utf-8")
     title = f"clarify-pipeline: transcripts of {data['dataset']}"
@@ -188,7 +206,9 @@ def render_page(data: dict[str, Any], generated: str) -> str:
           "</select></label></form><p id='count' class='note'>loading…</p><ol id='list'></ol>"
           "<button id='more' type='button' hidden>show more</button></section>"
           "<section id='dialogue' aria-live='polite'><p class='note'>Pick a dialogue on the left.</p></section></main>"
-        f"<script id='data' type='application/json'>{_script_json(data)}</script><script>{js}</script></body></html>\n")
+        f"<script id='data' type='application/gzip+base64'>{packed(data)}</script>"
+        f"<script id='agent-data' type='application/json'>{json.dumps(agent)}</script><script>{js}</script>"
+        "</body></html>\n")
 
 
 def write_transcripts(base: str | Path = ASSETS_DIR, clarify_must_be_question: bool = False) -> list[Path]:
@@ -200,7 +220,8 @@ def write_transcripts(base: str | Path = ASSETS_DIR, clarify_must_be_question: b
         path = folder / f"{_safe_name(t.dataset)}.html"
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path, ".html") as tmp:
-            tmp.write_text(render_page(encode(t), generated), encoding="utf-8")
+            agent = agent_outputs(t)
+            tmp.write_text(render_page(encode(t, agent), agent_blocks(agent), generated), encoding="utf-8")
         paths.append(path)
     return paths
 

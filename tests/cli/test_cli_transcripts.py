@@ -3,6 +3,8 @@ assets/index.html, whose embedded data decodes back to the predictions, judge sc
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import re
 from pathlib import Path
@@ -13,15 +15,22 @@ from viewer_data import METHODS, write_assets
 
 from dagster_project.cli import app
 from dagster_project.lib.warehouse import read_asset
-from dagster_project.reporting.transcripts import dataset_turns, encode, render_page
+from dagster_project.reporting.transcripts import agent_blocks, agent_outputs, dataset_turns, encode, render_page
 
 
 def _data(page: str) -> dict:
-    [blob] = re.findall(r"<script id='data' type='application/json'>(.*?)</script>", page, re.S)
-    return json.loads(blob)
+    """The page's embedded data, unpacked as its script does (base64, gzip, JSON)."""
+    [blob] = re.findall(r"<script id='data' type='application/gzip\+base64'>(.*?)</script>", page, re.S)
+    return json.loads(gzip.decompress(base64.b64decode(blob)))
 
 
-def _rows(data: dict) -> list[dict]:
+def _agent(page: str) -> list[str | None]:
+    """The module outputs of every prediction, unpacked from the page's blocks."""
+    [blocks] = re.findall(r"<script id='agent-data' type='application/json'>(.*?)</script>", page, re.S)
+    return [x for b in json.loads(blocks) for x in json.loads(gzip.decompress(base64.b64decode(b)))]
+
+
+def _rows(data: dict, agent: list[str | None]) -> list[dict]:
     """The encoded page data decoded back to one dict per prediction (what the page's script reads)."""
     s, d, t, p = data["s"], data["d"], data["t"], data["p"]
     text = lambda i: None if i < 0 else s[i]  # noqa: E731
@@ -36,7 +45,7 @@ def _rows(data: dict) -> list[dict]:
                             "reference_action": text(t["ref"][ti]), "reference_question": text(t["refq"][ti]),
                             "subject": text(p["subject"][pi]), "method": text(p["method"][pi]),
                             "action": text(p["action"][pi]), "ok": p["ok"][pi], "reply": text(p["reply"][pi]),
-                            "score": p["score"][pi], "agent": text(p["agent"][pi])})
+                            "score": p["score"][pi], "agent": agent[pi] if p["agent"][pi] else None})
     return out
 
 
@@ -53,7 +62,8 @@ def test_report_writes_one_linked_page_per_dataset_with_every_prediction(tmp_pat
     page = pages["clarifymt"].read_text()
     assert not re.search(r"""(src|href)=["']?https?:""", page)  # self-contained: nothing fetched
     data = _data(page)
-    rows = _rows(data)
+    rows = _rows(data, _agent(page))
+    assert len(_agent(page)) == data["n"]["predictions"]
     preds = read_asset("assets", "evaluation", "predictions").filter(pl.col("dataset") == "clarifymt")
     assert len(rows) == preds.height == data["n"]["predictions"]
     assert data["n"]["dialogues"] == 2 * 6
@@ -84,7 +94,8 @@ def test_report_writes_one_linked_page_per_dataset_with_every_prediction(tmp_pat
     assert scored == {(j["subject"], j["method"], j["dialogue_id"], j["turn"]): j["score"]
                       for j in judge.iter_rows(named=True)}
 
-    clariq = _rows(_data(pages["clariq"].read_text()))
+    clariq_page = pages["clariq"].read_text()
+    clariq = _rows(_data(clariq_page), _agent(clariq_page))
     assert clariq and all(r["user"] and r["user"].startswith(("Query 0", "Precise", "Partial", "Off", "Contra",
                                                                 "Factually", "Refusal")) for r in clariq)
 
@@ -94,8 +105,8 @@ def test_page_data_cannot_break_out_of_its_script_element(tmp_path: Path) -> Non
     [turns] = dataset_turns(tmp_path)
     evil = "</script><script>alert(1)</script><!--"
     turns.preds = turns.preds.with_columns(response=pl.lit(evil))
-    page = render_page(encode(turns), "now")
-    assert "alert(1)</script>" not in page and "<!--" not in page.split("<script id='data'")[1]
+    page = render_page(encode(turns, agent_outputs(turns)), agent_blocks(agent_outputs(turns)), "now")
+    assert "alert(1)" not in page and "<!--" not in page.split("<script id='data'")[1]
     assert evil in _data(page)["s"]
 
 

@@ -4,6 +4,7 @@ reference and ClarifyAgent's module outputs, with no console error."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
@@ -12,12 +13,14 @@ from playwright.sync_api import expect, sync_playwright
 from viewer_data import METHODS, write_assets
 
 from dagster_project.lib.warehouse import read_asset
+from dagster_project.reporting import transcripts
 from dagster_project.reporting.transcripts import write_transcripts
 
 pytestmark = pytest.mark.e2e
 
 
-def test_viewer_filters_opens_a_dialogue_and_shows_every_reply(chromium: str, tmp_path: Path) -> None:
+def test_viewer_filters_opens_a_dialogue_and_shows_every_reply(chromium: str, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(transcripts, "AGENT_CHUNK", 37)  # several packed blocks of module outputs: index math checked
     write_assets(tmp_path, n_queries=3)
     [page_file] = write_transcripts(tmp_path)
     preds = read_asset(tmp_path, "evaluation", "predictions")
@@ -75,9 +78,13 @@ def test_viewer_filters_opens_a_dialogue_and_shows_every_reply(chromium: str, tm
                     expect(row.locator("td").nth(2)).to_have_text(r["action"])
                     expect(row.locator("td.reply")).to_have_text(r["response"] or "")
 
-            details = view.locator('section.turn[data-turn="2"] details').first
+            details = view.locator('section.turn[data-turn="2"] tr[data-method="clarify_agent_no_planner"] details')
             details.locator("summary").click()
+            agent = preds.filter((pl.col("dialogue_id") == dialogue) & (pl.col("turn") == 2)
+                                 & (pl.col("method") == "clarify_agent_no_planner")).row(0, named=True)
+            forecast = json.loads(agent["trace"])["forecaster"]
             expect(details.locator("pre")).to_contain_text('"perceiver"')
+            expect(details.locator("pre")).to_contain_text(f'"forecaster": "{forecast}"')  # this row's, not another's
             expect(details.locator("pre")).to_contain_text('"decided_by": "planner"')
             assert page.url.endswith("#q00001-refusal")
         finally:

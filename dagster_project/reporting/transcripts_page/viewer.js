@@ -1,9 +1,27 @@
-// The transcript viewer (reporting/transcripts.py embeds this file and the data). The data: a string table `s`,
-// dialogues `d`, turns `t` and predictions `p` as parallel index arrays; -1 is null. The list is filtered over
-// the arrays; a dialogue's turns and replies are built only when it is opened.
-(() => {
-  "use strict";
-  const D = JSON.parse(document.getElementById("data").textContent);
+// The transcript viewer (reporting/transcripts.py embeds this file and the data). The data: JSON, gzipped and
+// base64-encoded (the browser's own DecompressionStream unpacks it): a string table `s`, dialogues `d`, turns `t`
+// and predictions `p` as parallel index arrays; -1 is null. The list is filtered over the arrays; a dialogue's
+// turns and replies are built only when it is opened, ClarifyAgent's module outputs only when they are opened.
+"use strict";
+
+async function unpack(base64) {
+  const text = atob(base64);
+  const bytes = new Uint8Array(text.length);
+  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+  return JSON.parse(await new Response(stream).text());
+}
+
+// ClarifyAgent's module outputs: packed blocks of D.agentChunk predictions, each unpacked once, when first opened
+const agentBlocks = JSON.parse(document.getElementById("agent-data").textContent);
+const unpackedBlocks = new Map();
+function agentOutput(pi, chunk) {
+  const k = Math.floor(pi / chunk);
+  if (!unpackedBlocks.has(k)) unpackedBlocks.set(k, unpack(agentBlocks[k]));
+  return unpackedBlocks.get(k).then((block) => block[pi - k * chunk]);
+}
+
+function viewer(D) {
   const S = D.s, d = D.d, t = D.t, p = D.p;
   const nd = d.id.length, nt = t.turn.length, np = p.subject.length;
   const PAGE = 200;
@@ -86,12 +104,12 @@
   }
 
   function agentDetails(pi) {
-    const text = str(p.agent[pi]);
-    if (text === null) return "";
+    if (!p.agent[pi]) return "";
     const pre = el("pre");
     const details = el("details", {}, el("summary", {}, "module outputs"), pre);
     details.addEventListener("toggle", () => {
-      if (details.open && !pre.textContent) pre.textContent = JSON.stringify(JSON.parse(text), null, 2);
+      pre.textContent = "unpacking…";
+      agentOutput(pi, D.agentChunk).then((text) => { pre.textContent = JSON.stringify(JSON.parse(text), null, 2); });
     }, { once: true });
     return details;
   }
@@ -141,4 +159,9 @@
     if (di >= 0) openDialogue(di);
   }
   performance.mark("viewer-ready");
-})();
+}
+
+unpack(document.getElementById("data").textContent.trim()).then(viewer, (err) => {
+  document.getElementById("count").textContent = `could not read the embedded data: ${err}`;
+  throw err;
+});
