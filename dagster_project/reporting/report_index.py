@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from dagster_project.defs.registry import GROUPS as REGISTRY
 from dagster_project.io.writers import atomic_path
-from dagster_project.lib.warehouse import ASSETS_DIR
+from dagster_project.lib.warehouse import ASSETS_DIR, parquet_files
 from dagster_project.reporting.transcripts import transcript_pages
 
 INDEX_FILE = "index.html"
@@ -39,8 +39,8 @@ def asset_rows(base: str | Path, group: str) -> pl.DataFrame:
     """Rows per table of a group (Parquet footers only): one file per asset, or a folder of partitions."""
     folder = Path(base) / group
     out = []
-    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
-        files = [path] if path.suffix == ".parquet" else sorted(path.rglob("*.parquet")) if path.is_dir() else []
+    for path in sorted(folder.glob("[!.]*")) if folder.is_dir() else []:  # no hidden (temp) file
+        files = [path] if path.suffix == ".parquet" else parquet_files(path)
         if not files:
             continue
         out.append({"asset": path.stem if path.is_file() else path.name,

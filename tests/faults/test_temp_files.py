@@ -135,3 +135,14 @@ def test_a_rerun_after_a_killed_write_succeeds_and_removes_the_leftovers(project
     result = cli("sql", "--csv", "select count(*) as n, sum(t) as s from logs.raw_logs")
     assert result.output.split() == ["n,s", "6,120"]
     assert cli("views").exit_code == 0
+
+
+def test_stored_days_and_the_report_index_ignore_temp_files(project):
+    from dagster_project.defs.logs.partitions import stored_days
+    from dagster_project.reporting.report_index import asset_rows
+
+    plant_leftovers()
+    assert stored_days("assets") == list(DAYS)
+    logs = asset_rows("assets", "logs")
+    assert (logs["asset"].to_list(), logs["rows"].to_list(), logs["partitions"].to_list()) == (["raw_logs"], [4], [2])
+    assert asset_rows("assets", "benchmark")["asset"].to_list() == ["taxonomy"]

@@ -31,7 +31,7 @@ def register_days(instance: dg.DagsterInstance, days: Iterable[str]) -> list[str
 def stored_days(assets_dir: str | Path) -> list[str]:
     """Days that have a stored raw_logs partition (after `dvc checkout`, before any run registered them)."""
     folder = Path(assets_dir) / "logs" / "raw_logs"
-    return sorted(p.stem for p in folder.glob("*.parquet")) if folder.is_dir() else []
+    return sorted(p.stem for p in folder.glob("[!.]*.parquet")) if folder.is_dir() else []  # not a temp file
 
 
 def key_ranges(order: list[str], wanted: Iterable[str]) -> list[tuple[str, str]]:
