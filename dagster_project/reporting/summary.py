@@ -12,6 +12,7 @@ import duckdb
 import polars as pl
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 SCREEN_LINES = 60  # the default output stays within this many lines (a laptop terminal's screen)
 TABLE_OVERHEAD = 3  # title, header, rule of a compact table (box.SIMPLE_HEAD without edges)
@@ -24,8 +25,10 @@ ACCURACY_COLUMNS = ("dataset", "subject", "method", "persona", "n", "accuracy", 
 
 
 def _compact(title: str, caption: str | None = None) -> Table:
-    """A borderless table: title, header, rule, rows (and the caption line when given)."""
-    return Table(title=title, caption=caption, box=box.SIMPLE_HEAD, show_edge=False, title_justify="left",
+    """A borderless table: title, header, rule, rows (and the caption line when given); both as text, since
+    they hold dataset names from params (a '[red]' in one is not rich markup)."""
+    return Table(title=Text(title, style="table.title"), caption=caption and Text(caption, style="table.caption"),
+                 box=box.SIMPLE_HEAD, show_edge=False, title_justify="left",
                  caption_justify="left", pad_edge=False, padding=(0, 1), collapse_padding=True)
 
 
@@ -63,7 +66,7 @@ def asset_table(con: duckdb.DuckDBPyConnection) -> Table:
     t.add_column("rows", justify="right")
     for group, asset in views(con):
         n = view_rows(con, group, asset)
-        t.add_row(f"{group}.{asset}", str(n) if isinstance(n, int) else f"[red]{n}[/red]")
+        t.add_row(Text(f"{group}.{asset}"), str(n) if isinstance(n, int) else Text(n, style="red"))
     return t
 
 
@@ -82,7 +85,7 @@ def group_table(con: duckdb.DuckDBPyConnection) -> Table:
     for name, justify in (("group", "left"), ("tables", "right"), ("rows", "right"), ("unreadable", "right")):
         t.add_column(name, justify=justify, no_wrap=True)
     for group, (tables, rows, bad) in totals.items():
-        t.add_row(group, str(tables), f"{rows:,}", f"[red]{bad}[/red]" if bad else "")
+        t.add_row(Text(group), str(tables), f"{rows:,}", Text(str(bad), style="red") if bad else "")
     return t
 
 
@@ -144,7 +147,7 @@ def headline_tables(frame: pl.DataFrame, lines: int) -> list[Table]:
         for c in metrics:
             t.add_column(headers[c], justify="right", no_wrap=True)
         for row in part.rows.head(cap).iter_rows(named=True):
-            t.add_row(row["subject"], row["method"], *(_metric(c, row[c]) for c in metrics))
+            t.add_row(Text(_cell(row["subject"])), Text(_cell(row["method"])), *(_metric(c, row[c]) for c in metrics))
         out.append(t)
     return out
 
@@ -170,5 +173,5 @@ def accuracy_table(con: duckdb.DuckDBPyConnection) -> Table | None:
         else:
             t.add_column(headers.get(c, c), justify="right", no_wrap=True)
     for row in df.iter_rows(named=True):
-        t.add_row(*(_metric(c, v) if c in PERCENT or c == "n" else _cell(v) for c, v in row.items()))
+        t.add_row(*(_metric(c, v) if c in PERCENT or c == "n" else Text(_cell(v)) for c, v in row.items()))
     return t

@@ -85,3 +85,18 @@ def test_sql_prints_markup_like_names_values_and_errors_as_text(tmp_path, monkey
     result = run("sql", 'select "[/bold]" from benchmark.taxonomy')
     assert result.exit_code == 1 and 'Referenced column "[/bold]" not found' in result.output
     assert 'Candidate bindings: "[red]x"' in result.output
+
+
+def test_summary_prints_markup_like_dataset_subject_and_method_names_as_text(tmp_path, monkeypatch):
+    """Subject and dataset names come from params (llm.subjects, evaluation.datasets) into the tables."""
+    monkeypatch.chdir(tmp_path)
+    write_parquet_atomic(pl.DataFrame({
+        "dataset": ["[red]d", "[red]d"], "subject": ["[/bold]", "[/bold]"], "method": ["[b]m", "[b]m"],
+        "persona": [None, "precise"], "breakdown": ["overall", "by_persona"], "n": [10, 4], "accuracy": [0.5, 0.25],
+        "under_clarification": [0.3, 0.5], "over_clarification": [0.1, 0.0], "invalid": [0.1, 0.25],
+    }), Path("assets/evaluation/metric_tables.parquet"))
+    rebuild_views()
+    for args in (["summary"], ["summary", "--all"]):
+        result = run(*args)
+        assert result.exit_code == 0, result.output
+        assert "[red]d" in result.output and "[/bold]" in result.output and "[b]m" in result.output, result.output
