@@ -142,3 +142,16 @@ def test_token_f1_and_bertscore_average_over_every_reference_question_turn():
     q = question_quality(out).to_dicts()[0]
     assert q["token_f1"] == pytest.approx(0.5 / 3) and q["token_f1_asked"] == pytest.approx(0.5)
     assert q["bertscore_f1"] == pytest.approx(0.6) and q["bertscore_f1_asked"] == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize("name", ["base", "majority_vote", "clarify_agent"])
+def test_a_querys_shared_turn_1_is_sent_once(name):
+    from dagster_project.core.clarifymt.agent.registry import build_method
+    from tests.core.test_agent_methods import Chat, turn
+    from tests.core.test_eval_format import _any_reply
+
+    chat = Chat(_any_reply)
+    turns = [turn(f"q1-{p}", 1) for p in PERSONAS]  # the same query opens all six persona dialogues
+    preds = build_method(name, EvaluationConfig(vote_k=3)).predict(turns, chat)
+    assert all(len(batch) == 1 for batch in chat.batches), [len(b) for b in chat.batches]
+    assert len({(p.action, p.response) for p in preds}) == 1 and len(preds) == 6

@@ -59,6 +59,7 @@ EXTRACTION_COLUMNS = {
 }
 BASE = ("candidate_id", "conversation_id", "turn_index", "source", "log_file", "log_date")
 NOT_IN_LOG = "question_not_in_log"
+PROMPT_ECHO = "prompt_echo"
 
 
 def _clip(text: str, limit: int = 1200) -> str:
@@ -77,6 +78,31 @@ def in_log(question: str, logged_turn: str) -> bool:
     return bool(words) and f" {words} " in f" {_words(logged_turn)} "
 
 
+def demonstration_texts(*tasks: LLMTask[Any]) -> frozenset[str]:
+    """The demonstrations' texts in the tasks' prompts (every quoted q_i, c, q_next, facet and "e.g." example of
+    two words or more), as words; the placeholders of the pair being judged left out."""
+    quoted = (q for task in tasks for part in (task.template.system, task.template.user)
+              for q in re.findall(r'(?<![\w"])(?:q_i|q_next|c|facet|e\.g\.):?\s*"([^"$]+)"', part))
+    return frozenset(w for w in map(_words, quoted) if len(w.split()) >= 2)
+
+
+DEMONSTRATIONS = demonstration_texts(EXTRACT, EXTRACT_REFINEMENT)
+
+
+def prompt_echo(candidate: dict[str, Any], question: str | None, facet: str | None,
+                question_logged: bool | None) -> str | None:
+    """Why an extraction copies the prompt instead of the log, or None: a clarifying question that is a
+    demonstration's text (unless the log itself holds it), or a facet that is a demonstration's text and whose
+    words the logged exchange does not contain."""
+    demos = DEMONSTRATIONS
+    if question and not question_logged and _words(question) in demos:
+        return f"the clarifying question repeats the prompt's demonstrations: {question!r}"
+    logged = " ".join(_words(str(candidate.get(k) or "")) for k in ("query", "clarifying_question", "reply"))
+    if facet and _words(facet) in demos and f" {_words(facet)} " not in f" {logged} ":
+        return f"the facet repeats the prompt's demonstrations: {facet!r}"
+    return None
+
+
 def tuple_fields(candidate: dict[str, Any], status: Status, value: Extraction | None,
                  error: str | None) -> dict[str, Any]:
     """A verdict -> tuple fields, status and reject_reason.
@@ -87,6 +113,8 @@ def tuple_fields(candidate: dict[str, Any], status: Status, value: Extraction | 
     - assistant_asked: an empty q_i / c / q_{i+1} is filled from the log (listed in filled_from_log); a c that
       does not appear in the logged assistant turn is an invented question: parse_error, question_not_in_log
     - user_refinement: c is the LLM's own question (nothing logged to check); without one -> parse_error
+    - a clarifying question or facet copied from the prompt's demonstrations (`prompt_echo`) -> ok, not kept
+      (reject_reason prompt_echo), as the benchmark's validation removes echoed queries
     """
     out: dict[str, Any] = {"is_clarification": None, "q_i": None, "c": None, "q_next": None, "facet": None,
                            "filled_from_log": [], "c_in_log": None, "kept": False, "reject_reason": None,
@@ -115,6 +143,10 @@ def tuple_fields(candidate: dict[str, Any], status: Status, value: Extraction | 
         if not out["c_in_log"]:
             return out | texts | {"status": bad, "reject_reason": NOT_IN_LOG, "filled_from_log": filled,
                                   "error": "the clarifying question is not in the logged assistant turn"}
+    echo = prompt_echo(candidate, value.clarifying_question, value.facet, out["c_in_log"])
+    if echo:
+        return out | texts | {"facet": value.facet, "filled_from_log": filled, "reject_reason": PROMPT_ECHO,
+                              "error": echo}
     return out | texts | {"facet": value.facet, "filled_from_log": filled, "kept": True}
 
 

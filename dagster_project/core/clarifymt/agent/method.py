@@ -100,8 +100,11 @@ class SubjectMethod:
 
 def ask(chat: Chat, role: str, jobs: Sequence[tuple[Any, LLMTask[Any], Mapping[str, Any] | list[Message]]],
         **sampling: Any) -> list[Answer]:
-    """One batch for every (item, task, values-or-messages) job with the same sampling; answers in job order."""
-    return ask_all(chat, role, [task.ask(item, values, **sampling) for item, task, values in jobs])
+    """One batch for every (item, task, values-or-messages) job with the same sampling; answers in job order.
+
+    Identical requests are sent once and share their answer: turn 1 of a query's six persona dialogues is one
+    prompt, evaluated once (the metrics then count it once, see core/clarifymt/metrics.py)."""
+    return ask_all(chat, role, [task.ask(item, values, **sampling) for item, task, values in jobs], once=True)
 
 
 def json_string(**schema: Any) -> WithJsonSchema:
