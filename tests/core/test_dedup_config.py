@@ -4,7 +4,7 @@ import pytest
 
 from dagster_project.config import ParamsError, parse_params
 from dagster_project.config.dedup import DedupSearch
-from dagster_project.core.shared.dedup import DEFAULT_ANN, AnnSearch
+from dagster_project.core.shared.dedup import DEFAULT_ANN, AnnSearch, ann_search
 
 SECTIONS = ("benchmark", "questions", "facets")
 
@@ -14,8 +14,8 @@ def test_section_shares_the_search_fields_and_maps_them_to_ann(section):
     p = parse_params({section: {"dedup_exact_max": 0, "dedup_ann_k": 4, "dedup_ann_nprobe": 32}})
     cfg = getattr(p, section)
     assert isinstance(cfg, DedupSearch)
-    assert cfg.ann() == AnnSearch(exact_max=0, k=4, nprobe=32)
-    assert getattr(parse_params({}), section).ann() == DEFAULT_ANN  # the config defaults are the core defaults
+    assert ann_search(cfg) == AnnSearch(exact_max=0, k=4, nprobe=32)
+    assert ann_search(getattr(parse_params({}), section)) == DEFAULT_ANN  # the config defaults are the core defaults
 
 
 @pytest.mark.parametrize(("key", "value"), [("dedup_exact_max", -1), ("dedup_ann_k", 0), ("dedup_ann_nprobe", 0),
