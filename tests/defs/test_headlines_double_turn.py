@@ -15,6 +15,7 @@ from dagster_project.config import load_params
 from dagster_project.core.training.template import double_turn_template
 from dagster_project.defs.double_turn import assets as double_turn
 from dagster_project.defs.headlines import assets as headlines
+from dagster_project.lib.catalog import describe
 from dagster_project.lib.resources import LLMResource
 from dagster_project.lib.warehouse import WarehouseIOManager
 from dagster_project.training.model_folder import RESULT_SCHEMA
@@ -89,3 +90,6 @@ def test_table1_with_trained_models_and_the_published_gain(tmp_path, monkeypatch
     assert "abstract" in head["f1_total"]["published_source"]
     vs_base = comp.filter(pl.col("reference") == "base")
     assert set(vs_base["subject"]) == {"dt", "single_turn_dpo"} and vs_base["published_gain_points"].is_null().all()
+    for name in ("double_turn_trained_interactions", "double_turn_table1", "double_turn_comparisons"):
+        cols = pl.read_parquet_schema(tmp_path / f"assets/headlines/{name}.parquet")
+        assert not [c for c in cols if not describe(f"headlines/{name}", c)], name

@@ -16,6 +16,7 @@ from dagster_project.config import load_params
 from dagster_project.core.training.template import intents_template
 from dagster_project.defs.headlines import assets as headlines
 from dagster_project.defs.intents import assets as intents
+from dagster_project.lib.catalog import describe
 from dagster_project.lib.resources import LLMResource
 from dagster_project.lib.warehouse import WarehouseIOManager
 from dagster_project.training.model_folder import RESULT_SCHEMA
@@ -114,3 +115,6 @@ def test_tuned_model_scored_in_its_training_format(tmp_path, monkeypatch):
     assert published.filter(pl.col("subject") == "Instruction-tuned Llama-3.1-8B")["ood_accuracy"].drop_nulls()[0] == pytest.approx(0.94)
     # the sweep model no params line names was served as its own subject, in the trained (plain-text) template
     assert sent["training/intents_tuned_p85"].jobs and all(j.json_schema is None for j in sent[str(base)].jobs)
+    for name in ("intents_headline", "intents_trained_conversations"):  # every stored column is in the catalog
+        cols = pl.read_parquet_schema(tmp_path / f"assets/headlines/{name}.parquet")
+        assert not [c for c in cols if not describe(f"headlines/{name}", c)], name

@@ -9,6 +9,7 @@ import pytest
 from dagster_project.config import parse_params
 from dagster_project.core.retrieval.rankers import RUN_SCHEMA
 from dagster_project.defs.headlines import retrieval as headline
+from dagster_project.lib.catalog import describe
 from dagster_project.training.model_folder import RESULT_SCHEMA
 
 DOCS = {"d1": "shoes for running", "d2": "alpha guide", "d3": "beta manual", "d4": "gamma notes"}
@@ -54,6 +55,7 @@ def test_every_ranker_on_the_test_split_at_one_depth(monkeypatch):
     out = headline.retrieval_headline(dg.build_asset_context(), params=params, runs=pl.DataFrame(runs, schema=RUN_SCHEMA),
                                       qrels=qrels, inferred_queries=inferred, reranker_training=training,
                                       documents=documents, reranker_finetuned=tuned)
+    assert not [c for c in out.columns if not describe("headlines/retrieval_headline", c)]
     ours = out.filter((pl.col("system") == "ours") & (pl.col("breakdown") == "overall"))
     rows = {r["ranker"]: r for r in ours.iter_rows(named=True)}
     assert set(rows) == {"bm25", "dense_rerank", "generative_rerank", "finetuned_rerank"}
