@@ -442,7 +442,7 @@ def plan(group: str, params: str = typer.Option("params.yaml", help="params file
     except ValueError as err:  # ParamsError too
         fail(err)
         raise typer.Exit(2) from None
-    t = Table(title=f"LLM plan for group {group!r} (nothing was sent)")
+    t = Table(title=Text(f"LLM plan for group {group!r} (nothing was sent)", style="table.title"))
     for c in ("role", "backend", "model", "requests", "samples", "cached", "to generate", "est. tokens in",
               "max tokens out", "est. cost USD", "assets"):
         t.add_column(c, justify="left" if c in ("role", "backend", "model", "assets") else "right")

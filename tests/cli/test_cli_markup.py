@@ -100,3 +100,10 @@ def test_summary_prints_markup_like_dataset_subject_and_method_names_as_text(tmp
         result = run(*args)
         assert result.exit_code == 0, result.output
         assert "[red]d" in result.output and "[/bold]" in result.output and "[b]m" in result.output, result.output
+
+
+def test_plan_prints_a_markup_like_group_name_as_text(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("params.yaml").write_text(yaml.safe_dump({"llm": {"cache_path": str(tmp_path / "cache.sqlite")}}))
+    result = run("plan", "[/bold]")
+    assert "LLM plan for group '[/bold]'" in result.output
