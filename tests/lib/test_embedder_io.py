@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dagster_project.lib import embedder
+from dagster_project.llm import embedder
 from dagster_project.lib.resources import EmbedderResource
 
 

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from dagster_project.config import TrainingConfig
-from dagster_project.lib import lm_training
+from dagster_project.training import lm_training
 from dagster_project.training.lm_training import LMJob, train_lm
 from dagster_project.training.model_folder import unchanged
 
