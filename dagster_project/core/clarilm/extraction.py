@@ -179,7 +179,7 @@ def skipped_extractions(candidates: pl.DataFrame, limit: int) -> pl.DataFrame:
 
 
 def extract_stream(chat: Chat, batches: Iterable[pl.DataFrame], cfg: LogsConfig) -> Iterator[pl.DataFrame]:
-    """One day's kept candidates (of the sources in logs.sources, in candidate_id order, in batches) -> extraction
+    """One day's kept candidates (of the sources in logs.sources, in batches, the ones to judge first) -> extraction
     rows batch by batch, in EXTRACTION_COLUMNS: the first logs.max_extractions are extracted, the rest become
     'skipped' rows, so memory holds one batch whatever the size of the day."""
     limit, done = cfg.max_extractions, 0

@@ -19,6 +19,7 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 import polars as pl
+import pyarrow.parquet as pq
 
 from dagster_project.config import LogsConfig, Params
 from dagster_project.core.clarilm.extraction import EXTRACTION_COLUMNS, NOT_IN_LOG, extract_stream
@@ -46,7 +47,6 @@ from dagster_project.lib.warehouse import LAZY, read_row_groups
 GROUP = "logs"
 JOB = "logs_ingest"
 SINGLE_RUN = dg.BackfillPolicy.single_run()
-SORT_MEMORY = "64MB"  # DuckDB's share while it orders a day's candidates; past it, it spills to disk
 # backfill_policy is marked beta on @asset; it is the documented way to get single-run backfills
 warnings.filterwarnings("ignore", r"Parameter `backfill_policy`", dg.BetaWarning)
 
@@ -63,14 +63,22 @@ def days_to_materialize(cfg: LogsConfig) -> tuple[list[str], Counter[date]]:
 
 
 def kept_candidates(path: Path, cfg: LogsConfig) -> Iterator[pl.DataFrame]:
-    """A stored day of log_candidates: its kept rows of the sources in logs.sources in candidate_id order,
-    logs.read_batch_size rows at a time (DuckDB sorts them, spilling to a temp folder past SORT_MEMORY)."""
-    with tempfile.TemporaryDirectory(prefix="kept_candidates_") as tmp, \
-            duckdb.connect(config={"memory_limit": SORT_MEMORY, "temp_directory": tmp}) as con:
-        ordered = con.sql("select * from read_parquet($1) where kept and list_contains($2, source) "
-                          "order by candidate_id", params=[str(path), list(cfg.sources)])
-        for batch in ordered.to_arrow_reader(cfg.read_batch_size):
-            yield pl.from_arrow(batch)
+    """A stored day of log_candidates, logs.read_batch_size rows at a time: its kept rows of the sources in
+    logs.sources, the first logs.max_extractions of them in candidate_id order (the ones the extractor judges:
+    DuckDB's top-N, memory of N rows), then the others in stored order (streamed)."""
+    limit = cfg.max_extractions
+    head = pl.DataFrame()
+    if limit is not None:
+        with duckdb.connect() as con:
+            head = con.sql("select * from read_parquet($1) where kept and list_contains($2, source) "
+                           "order by candidate_id limit $3", params=[str(path), list(cfg.sources), limit]).pl()
+        yield from head.iter_slices(cfg.read_batch_size)
+    first = set(head["candidate_id"]) if head.height else set()
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=cfg.read_batch_size):
+        rest = pl.from_arrow(batch).filter(pl.col("kept") & pl.col("source").is_in(list(cfg.sources))
+                                           & ~pl.col("candidate_id").is_in(list(first)))
+        if rest.height:
+            yield rest
 
 
 def extraction_counts(part: pl.DataFrame) -> Counter[str]:
@@ -159,8 +167,9 @@ def build(params: Params) -> dg.Definitions:
                            llm: dg.ResourceParam[LLMResource], log_candidates: dict[str, Path]):
         """(q_i, c, q_{i+1}, f) tuples: the extractor judges each kept candidate with its source's few-shot
         demonstrations; a logged question the model did not copy from the log is marked (question_not_in_log).
-        logs.max_extractions caps the calls per day. Streamed: each day's candidates are read in candidate_id
-        order, logs.read_batch_size at a time, and each batch's rows go straight to that day's Parquet file."""
+        logs.max_extractions caps the calls per day (the first candidates in candidate_id order). Streamed: each
+        day's candidates are read logs.read_batch_size at a time, and each batch's rows go straight to that day's
+        Parquet file."""
         cfg = params.logs
         chat = llm.session(context)
         tally = extraction_counts(pl.DataFrame(schema=EXTRACTION_COLUMNS))  # zeros, for a run without candidates
