@@ -15,6 +15,7 @@ from dagster_project.config import load_params
 from dagster_project.core.training.template import double_turn_template
 from dagster_project.defs.double_turn import assets as double_turn
 from dagster_project.defs.headlines import assets as headlines
+from dagster_project.defs.quality.checks import load_suites, validate_frame
 from dagster_project.lib.catalog import describe
 from dagster_project.lib.resources import LLMResource
 from dagster_project.lib.warehouse import WarehouseIOManager
@@ -93,3 +94,8 @@ def test_table1_with_trained_models_and_the_published_gain(tmp_path, monkeypatch
     for name in ("double_turn_trained_interactions", "double_turn_table1", "double_turn_comparisons"):
         cols = pl.read_parquet_schema(tmp_path / f"assets/headlines/{name}.parquet")
         assert not [c for c in cols if not describe(f"headlines/{name}", c)], name
+    suites = [s for s in load_suites() if s.group == "headlines" and s.asset.startswith("double_turn")]
+    assert len(suites) == 2
+    for suite in suites:  # the GX suites of the stored tables
+        ok, results = validate_frame(pl.read_parquet(tmp_path / f"assets/headlines/{suite.asset}.parquet"), suite, params)
+        assert ok, (suite.asset, results)

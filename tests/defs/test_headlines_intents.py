@@ -16,6 +16,7 @@ from dagster_project.config import load_params
 from dagster_project.core.training.template import intents_template
 from dagster_project.defs.headlines import assets as headlines
 from dagster_project.defs.intents import assets as intents
+from dagster_project.defs.quality.checks import load_suites, validate_frame
 from dagster_project.lib.catalog import describe
 from dagster_project.lib.resources import LLMResource
 from dagster_project.lib.warehouse import WarehouseIOManager
@@ -112,9 +113,15 @@ def test_tuned_model_scored_in_its_training_format(tmp_path, monkeypatch):
     assert rows["intents_tuned"]["unfair_reference"] is None  # the base it was trained from, served the same way
     published = table.filter(pl.col("system") == "published")
     assert published.height == 14 and published["source"].str.contains("Table").all()
-    assert published.filter(pl.col("subject") == "Instruction-tuned Llama-3.1-8B")["ood_accuracy"].drop_nulls()[0] == pytest.approx(0.94)
+    tuned_ood = published.filter(pl.col("subject") == "Instruction-tuned Llama-3.1-8B")["ood_accuracy"].drop_nulls()
+    assert tuned_ood[0] == pytest.approx(0.94)
     # the sweep model no params line names was served as its own subject, in the trained (plain-text) template
     assert sent["training/intents_tuned_p85"].jobs and all(j.json_schema is None for j in sent[str(base)].jobs)
     for name in ("intents_headline", "intents_trained_conversations"):  # every stored column is in the catalog
         cols = pl.read_parquet_schema(tmp_path / f"assets/headlines/{name}.parquet")
         assert not [c for c in cols if not describe(f"headlines/{name}", c)], name
+    suites = [s for s in load_suites() if s.group == "headlines" and s.asset.startswith("intents")]
+    assert len(suites) == 1
+    for suite in suites:  # the GX suites of the stored tables
+        ok, results = validate_frame(pl.read_parquet(tmp_path / f"assets/headlines/{suite.asset}.parquet"), suite, params)
+        assert ok, (suite.asset, results)

@@ -9,6 +9,7 @@ import pytest
 from dagster_project.config import parse_params
 from dagster_project.core.retrieval.rankers import RUN_SCHEMA
 from dagster_project.defs.headlines import retrieval as headline
+from dagster_project.defs.quality.checks import load_suites, validate_frame
 from dagster_project.lib.catalog import describe
 from dagster_project.training.model_folder import RESULT_SCHEMA
 
@@ -56,6 +57,9 @@ def test_every_ranker_on_the_test_split_at_one_depth(monkeypatch):
                                       qrels=qrels, inferred_queries=inferred, reranker_training=training,
                                       documents=documents, reranker_finetuned=tuned)
     assert not [c for c in out.columns if not describe("headlines/retrieval_headline", c)]
+    suite = next(s for s in load_suites() if (s.group, s.asset) == ("headlines", "retrieval_headline"))
+    ok, results = validate_frame(out, suite, params)
+    assert ok, results
     ours = out.filter((pl.col("system") == "ours") & (pl.col("breakdown") == "overall"))
     rows = {r["ranker"]: r for r in ours.iter_rows(named=True)}
     assert set(rows) == {"bm25", "dense_rerank", "generative_rerank", "finetuned_rerank"}
