@@ -179,7 +179,7 @@ def greedy(content: str, max_tokens: int = 3) -> Job:
 
 
 def test_sampler_frequencies_follow_the_distribution_and_top_p():
-    """Gumbel-max over hashed noise: 4,000 rows (one seed each) in one call draw tokens at their probabilities, and
+    """Inverse CDF from hashed uniforms: 4,000 rows (one seed each) in one call draw tokens at their probabilities, and
     top-p removes the tail (probabilities 0.5/0.3/0.2, top_p 0.6 keeps the first two, renormalised)."""
     probs = torch.tensor([0.5, 0.3, 0.2])
     scores = probs.log().expand(4000, 3).clone()

@@ -1,11 +1,11 @@
 """Hugging Face transformers in-process: serves a local HF folder, a GGUF alias (converted once) or a trained model
 (`training/<name>`: base + LoRA adapters merged, or its merged `model/`) with batched generation, on CPU or CUDA.
 
-Sampling is batched on the device: each row draws Gumbel noise from a counter-based hash of (request seed + sample
-index, step, token), so a reply does not depend on which other requests share its batch (the cache stays
-reproducible) and no Python loop runs per row. A batch that runs out of CUDA memory is halved and retried. JSON
-schemas are not enforced (no constrained-decoding library is installed): the schema is appended to the last user
-message and the task layer parses the reply, marking it parse_error when it is not valid JSON.
+Sampling is batched on the device: each row draws its token by inverse CDF from one uniform, a counter-based hash
+of (request seed + sample index, step), so a reply does not depend on which other requests share its batch (the
+cache stays reproducible) and no Python loop runs per row. A batch that runs out of CUDA memory is halved and
+retried. JSON schemas are not enforced (no constrained-decoding library is installed): the schema is appended to
+the last user message and the task layer parses the reply, marking it parse_error when it is not valid JSON.
 """
 
 from __future__ import annotations
@@ -92,22 +92,17 @@ def _mix64(x: Any) -> Any:
     return x ^ shr(x, 31)
 
 
-def gumbel_noise(seeds: Any, step: int, vocab: int) -> Any:
-    """(rows, vocab) float64 Gumbel(0, 1) noise, a pure function of (row seed, step, token): counter-based, so one
-    kernel serves a whole batch and a row's draws never depend on its neighbours."""
-    import torch
-
+def row_uniforms(seeds: Any, step: int) -> Any:
+    """One float64 uniform in (0, 1) per row, a pure function of (row seed, step): counter-based, so a row's draws
+    never depend on its neighbours in the batch and no generator object exists per row."""
     offset = ((step + 1) * _GOLDEN + (1 << 63)) % (1 << 64) - (1 << 63)  # the product wrapped to int64
-    key = _mix64(_mix64(seeds) + offset)
-    tokens = torch.arange(vocab, device=seeds.device, dtype=torch.int64)
-    bits = _mix64(key[:, None] ^ (tokens[None, :] * _GOLDEN))
-    u = (((bits >> 11) & ((1 << 53) - 1)).double() + 0.5) * 2.0 ** -53  # in (0, 1), 53 random bits
-    return -torch.log(-torch.log(u))
+    bits = _mix64(_mix64(seeds) + offset)
+    return (((bits >> 11) & ((1 << 53) - 1)).double() + 0.5) * 2.0 ** -53
 
 
 def row_sampler(seeds: list[int], temperature: float, top_p: float, device: str) -> Any:
-    """A logits processor that samples every row at once (Gumbel-max over the temperature-scaled, top-p-truncated
-    logits) and leaves only the drawn token, so greedy decoding then takes it."""
+    """A logits processor that samples every row at once (inverse CDF over the temperature-scaled, top-p-truncated
+    distribution, one uniform per row) and leaves only the drawn token, so greedy decoding then takes it."""
     import torch
     from transformers import LogitsProcessor
 
@@ -117,14 +112,17 @@ def row_sampler(seeds: list[int], temperature: float, top_p: float, device: str)
             self.step = 0
 
         def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-            logits = scores.float() / temperature
+            probs = torch.softmax(scores.float() / temperature, dim=-1)
+            order = None
             if top_p < 1.0:
-                sorted_p, order = torch.softmax(logits, dim=-1).sort(dim=-1, descending=True)
-                drop = sorted_p.cumsum(dim=-1) - sorted_p >= top_p  # keep the smallest set reaching top_p
-                logits = logits.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), float("-inf"))
-            noise = gumbel_noise(self.seeds.to(scores.device), self.step, scores.shape[-1])
+                probs, order = probs.sort(dim=-1, descending=True)
+                probs = probs.masked_fill(probs.cumsum(dim=-1) - probs >= top_p, 0.0)  # keep the smallest set
+            cdf = probs.double().cumsum(dim=-1)                                          # reaching top_p
+            u = row_uniforms(self.seeds.to(scores.device), self.step)[:, None] * cdf[:, -1:]
             self.step += 1
-            picks = (logits.double() + noise).argmax(dim=-1, keepdim=True)
+            picks = torch.searchsorted(cdf, u).clamp(max=scores.shape[-1] - 1)  # first token whose cdf reaches u
+            if order is not None:
+                picks = order.gather(-1, picks)
             return torch.full_like(scores, float("-inf")).scatter(-1, picks, 0.0)
 
     return RowSampler()
