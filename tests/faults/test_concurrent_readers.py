@@ -14,21 +14,23 @@ from dagster_project.config.sql import SqlConfig
 from dagster_project.lib.bounded_sql import run_query
 from dagster_project.lib.warehouse import partition_dir, partition_path, register_views, store_partition
 
-# the issue asks for 30 s; 5 s keep `make test` short and still saw the old names fail within the first second
-# (README "Reliability" has the 30 s figures)
+# the issue asks for 30 s; `make test` reads for at least 5 s and until the writers have rewritten every partition
+# four times (on a busy machine a reader holding the warehouse's lock slows them down); 30 s figures: README
 DURATION_S = 5.0
+MAX_S = 120.0
 DAYS = ("2024-05-01", "2024-05-02", "2024-05-03")
+MIN_WRITES = 4 * len(DAYS)
 QUERY = "select day, count(*) as n, min(k) as lo, max(k) as hi from logs.raw_logs group by day"
 
 
-def write_loop(base: str, db: str, seed: int, ready, go, until, writes) -> None:
-    """Once ``go`` is set and until the wall clock reaches ``until``: rewrite every day's partition (k rows, each
-    holding k, so a partition is consistent when count = k) and re-register the view; counts into ``writes``."""
+def write_loop(base: str, db: str, seed: int, ready, go, stop, writes) -> None:
+    """From ``go`` to ``stop``: rewrite every day's partition (k rows, each holding k, so a partition is
+    consistent when count = k) and re-register the view; counts the partitions written into ``writes``."""
     folder = partition_dir(base, "logs", "raw_logs")
     k = seed
     ready.release()
     go.wait()
-    while time.time() < until.value:
+    while not stop.is_set():
         for day in DAYS:
             k = k % 5_000 + 1_001
             rows = pl.DataFrame({"day": [day] * k, "k": [k] * k})
@@ -38,10 +40,12 @@ def write_loop(base: str, db: str, seed: int, ready, go, until, writes) -> None:
                 writes.value += 1
 
 
-def read_loop(base: str, db: str, until: float) -> tuple[int, list[str]]:
-    """(queries answered, errors): an exception or a partition whose rows are not all of one write."""
+def read_loop(db: str, writes) -> tuple[int, list[str]]:
+    """(queries answered, errors: an exception or a partition whose rows are not all of one write), reading for
+    DURATION_S and until the writers wrote MIN_WRITES partitions (MAX_S at most)."""
     reads, errors = 0, []
-    while time.time() < until:
+    start = time.monotonic()
+    while (time.monotonic() - start < DURATION_S or writes.value < MIN_WRITES) and time.monotonic() - start < MAX_S:
         try:
             rows = run_query(QUERY, db, SqlConfig()).rows()
         except Exception as err:  # noqa: BLE001 - every failure counts
@@ -60,20 +64,20 @@ def test_a_reader_never_fails_while_two_writers_rewrite_the_table(tmp_path, monk
         store_partition(rows, partition_path(base, "logs", "raw_logs", day), {}, "setup")
     register_views(db, {"logs.raw_logs": partition_dir(base, "logs", "raw_logs")})
     ctx = mp.get_context("spawn")
-    ready, go, until, writes = ctx.Semaphore(0), ctx.Event(), ctx.Value("d", 0.0), ctx.Value("i", 0)
-    writers = [ctx.Process(target=write_loop, args=(base, db, seed, ready, go, until, writes)) for seed in (0, 2_500)]
+    ready, go, stop, writes = ctx.Semaphore(0), ctx.Event(), ctx.Event(), ctx.Value("i", 0)
+    writers = [ctx.Process(target=write_loop, args=(base, db, seed, ready, go, stop, writes)) for seed in (0, 2_500)]
     for w in writers:
         w.start()
     try:
         assert all(ready.acquire(timeout=120) for _ in writers), "a writer did not start"
-        until.value = time.time() + DURATION_S
         go.set()
-        reads, errors = read_loop(base, db, until.value)
+        reads, errors = read_loop(db, writes)
     finally:
         go.set()
+        stop.set()
         for w in writers:
             w.join(timeout=120)
     assert [w.exitcode for w in writers] == [0, 0]
     assert errors == []
-    assert reads > 0 and writes.value > 2 * len(DAYS)
+    assert reads > 0 and writes.value >= MIN_WRITES
     assert sorted(p.name for p in Path(base, "logs", "raw_logs").iterdir()) == [f"{d}.parquet" for d in DAYS]
