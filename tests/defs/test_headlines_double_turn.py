@@ -99,3 +99,37 @@ def test_table1_with_trained_models_and_the_published_gain(tmp_path, monkeypatch
     for suite in suites:  # the GX suites of the stored tables
         ok, results = validate_frame(pl.read_parquet(tmp_path / f"assets/headlines/{suite.asset}.parquet"), suite, params)
         assert ok, (suite.asset, results)
+
+
+def test_no_trained_model_served_runs_nothing_and_every_row_says_why(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _write_inputs(tmp_path)
+    training = tmp_path / "assets" / "training"
+    training.mkdir(parents=True)
+    for name in ("double_turn_sft", "double_turn_dpo"):
+        pl.DataFrame([{"model": name, "status": "skipped_no_data", "reason": "no rows"}], schema=RESULT_SCHEMA
+                     ).write_parquet(training / f"{name}.parquet")
+    data = {"llm": {"cache_path": str(tmp_path / "cache.sqlite"),
+                    "subjects": {"smollm2": {"backend": "llamacpp"}, "base": {"backend": "transformers",
+                                                                            "model": str(tmp_path)}}},
+            "evaluation": {"trained_baseline": "base", "trained_pairs": []},
+            "training": {"models": ["double_turn_sft", "double_turn_dpo"]},
+            "double_turn": {"inputs": [{"path": "ambig.json", "format": "ambigqa", "split": "train"},
+                                       {"path": "ambig_eval.json", "format": "ambigqa", "split": "eval"}],
+                            "max_queries": None}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(data))
+    params = load_params(tmp_path / "params.yaml")
+    backend = ScriptedBackend(world)
+    llm = LLMResource(params.llm, backends={"llamacpp": lambda cfg: backend, "transformers": lambda cfg: backend})
+    assets = [*dg.load_assets_from_modules([double_turn]), *headlines.build(params).assets]
+    keys = [["double_turn", "qa_sets"], ["double_turn", "qa_sets_rejected"],
+            *[["headlines", n] for n in ("double_turn_trained_interactions", "double_turn_table1",
+                                         "double_turn_comparisons")]]
+    result = dg.materialize(assets, selection=[dg.AssetKey(k) for k in keys],
+                            resources={"io_manager": WarehouseIOManager(), "params": params, "llm": llm})
+    assert result.success and not backend.jobs  # no model was asked anything
+    t1 = pl.read_parquet(tmp_path / "assets/headlines/double_turn_table1.parquet")
+    assert t1.select("model", "status").rows() == [("Base", "not_served"), ("SFT", "not_served"),
+                                                   ("DPO (double-turn labels)", "not_served")]
+    assert t1["reason"].str.contains("no rows|no trained model").all()
+    assert pl.read_parquet(tmp_path / "assets/headlines/double_turn_comparisons.parquet").is_empty()

@@ -89,7 +89,8 @@ def trained_interactions_asset(params: Params) -> dg.AssetsDefinition:
         evaluation query, exactly as double_turn/eval_interactions runs the untrained subjects."""
         subjects = _subjects(params)
         base = reference_subject(params)
-        served = ([base] if base else []) + [s.subject for s in subjects if not s.missing]
+        trained = [s.subject for s in subjects if not s.missing]
+        served = ([base] if base and trained else []) + trained  # no trained model: the base is not run for nothing
         cfg = params.double_turn.model_copy(update={"subject_output": subject_output(params, subjects)})
         queries = qa.selected(qa_sets, "eval")
         chat = with_subjects(llm, subjects).session(context)
@@ -106,7 +107,9 @@ def trained_interactions_asset(params: Params) -> dg.AssetsDefinition:
 
 def _labels(params: Params, subjects: list[TrainedSubject]) -> pl.DataFrame:
     base = reference_subject(params)
-    rows = [{"subject": base, "model": "Base", "status": "ok", "reason": None}] if base else []
+    alone = not any(not s.missing for s in subjects)  # no trained model served: the base was not run either
+    rows = [{"subject": base, "model": "Base", "status": "not_served" if alone else "ok",
+             "reason": "no trained model could be served (see their rows)" if alone else None}] if base else []
     rows += [{"subject": s.subject, "model": MODELS[s.model.split("/", 1)[1]],
               "status": "not_served" if s.missing else "ok", "reason": s.missing} for s in subjects]
     return pl.DataFrame(rows, schema={"subject": pl.Utf8, "model": pl.Utf8, "status": pl.Utf8, "reason": pl.Utf8})

@@ -70,6 +70,8 @@ def _systems(params: Params, intents_tuned: pl.DataFrame) -> tuple[list[TrainedS
         systems[t.subject] = {"system": "tuned", "percentile": _percentile(params, t), "template": template,
                               "status": "not_served" if t.missing else "ok", "reason": t.missing,
                               "unfair_reference": None if t.missing else unfair_reference(params, t)}
+    if base and not any(not t.missing for t in tuned):  # nothing to compare: the base is not run for nothing
+        systems[base] |= {"status": "not_served", "reason": "no tuned model could be served (see the tuned rows)"}
     return tuned, systems
 
 
@@ -127,7 +129,8 @@ def intents_headline(context: dg.AssetExecutionContext, params: dg.ResourceParam
     turns = intents_trained_conversations
     _, systems = _systems(params, intents_tuned)
     trained = intent_eval_table(turns, turns.filter(pl.col("speaker") == "assistant")).with_columns(
-        source=pl.lit("headlines/intents_trained_conversations"))
+        source=pl.lit("headlines/intents_trained_conversations")) if turns.height else pl.DataFrame(
+        schema={"subject": pl.Utf8})  # nothing was served: the rows say why
     table = headline_table(intent_eval, trained, systems)
     ev = params.evaluation
     tuned = [s for s, v in systems.items() if v["system"] == "tuned" and v["status"] == "ok"]
