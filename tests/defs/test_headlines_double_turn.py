@@ -15,6 +15,7 @@ from dagster_project.config import load_params
 from dagster_project.core.training.template import double_turn_template
 from dagster_project.defs.double_turn import assets as double_turn
 from dagster_project.defs.headlines import assets as headlines
+from dagster_project.defs.headlines.group import GROUP
 from dagster_project.defs.quality.checks import load_suites, validate_frame
 from dagster_project.lib.catalog import describe
 from dagster_project.lib.resources import LLMResource
@@ -99,6 +100,12 @@ def test_table1_with_trained_models_and_the_published_gain(tmp_path, monkeypatch
     for suite in suites:  # the GX suites of the stored tables
         ok, results = validate_frame(pl.read_parquet(tmp_path / f"assets/headlines/{suite.asset}.parquet"), suite, params)
         assert ok, (suite.asset, results)
+    # the registry entry: the report index's headline table and `clarify metrics`' numbers
+    captions = dict(GROUP.headlines(tmp_path / "assets"))
+    table1 = captions["double-turn Table 1 with the trained models (double_turn_table1)"]
+    assert table1 is not None and {"model", "system", "f1_total", "da_accuracy"} <= set(table1.columns)
+    numbers = GROUP.metrics[1](tmp_path / "assets")
+    assert numbers["double_turn"]["dt"]["clarify_or_direct"]["f1_total"] == 1.0 and "intents" not in numbers
 
 
 def test_no_trained_model_served_runs_nothing_and_every_row_says_why(tmp_path, monkeypatch):
