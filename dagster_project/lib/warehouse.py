@@ -302,6 +302,7 @@ def connect_readonly(db_path: str | Path = WAREHOUSE, assets_dir: str | Path = A
         if threads is not None:
             con.execute("SET threads = ?", [threads])
         con.execute("SET temp_directory = ''")
+        con.execute("SET enable_progress_bar = false")  # a long query must not draw DuckDB's bar into the output
         # allowed_directories can only be set once the database runs, and must be set before external access is off
         con.execute("SET allowed_directories = ?", [[str(Path(assets_dir).resolve()) + os.sep]])
         con.execute("SET enable_external_access = false")
