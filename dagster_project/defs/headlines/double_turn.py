@@ -150,14 +150,14 @@ def double_turn_comparisons(context: dg.AssetExecutionContext, params: dg.Resour
     words = [f"refused: {unfair[r['subject']]}" if r["reference"] == base and unfair.get(r["subject"]) else
              verdict(r["n_paired"], r["diff"], r["p_value"], cfg.significance_alpha, ev.min_n_significance, "queries")
              for r in out.iter_rows(named=True)]
+    is_headline = pl.col("subject").eq_missing(pl.lit(headline[0], pl.Utf8)) & pl.col("reference").eq_missing(
+        pl.lit(headline[1], pl.Utf8)) & pl.lit(None not in headline)
     out = out.with_columns(
         verdict=pl.Series(words, dtype=pl.Utf8),
         our_gain_points=pl.col("diff") * 100,
-        published_gain_points=pl.when((pl.col("subject") == headline[0]) & (pl.col("reference") == headline[1]))
-        .then(pl.col("metric").replace_strict(DOUBLE_TURN_GAINS, default=None))
+        published_gain_points=pl.when(is_headline).then(pl.col("metric").replace_strict(DOUBLE_TURN_GAINS, default=None))
         .otherwise(None).cast(pl.Float64),
-        published_source=pl.when((pl.col("subject") == headline[0]) & (pl.col("reference") == headline[1]))
-        .then(pl.lit(DOUBLE_TURN_SOURCE)).otherwise(None))
+        published_source=pl.when(is_headline).then(pl.lit(DOUBLE_TURN_SOURCE)).otherwise(None))
     context.add_output_metadata({
         "table": dg.MetadataValue.md(markdown_table(out.select(
             "subject", "reference", "metric", "n_paired", "n_errors", "our_gain_points", "published_gain_points",
