@@ -28,6 +28,7 @@ import pytest
 import yaml
 from faultproxy import FaultProxy
 from openai_asset import ASSET, GROUP, POISON, SCHEMA, build_defs, materialize, questions, run_summary
+from process_guard import stop_group
 
 from dagster_project.llm.chat import ChatRequest
 from dagster_project.config import load_params
@@ -67,24 +68,21 @@ def server(tmp_path_factory):
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while True:
-        assert proc.poll() is None, f"llama_cpp.server exited:\n{log.read_text()[-3000:]}"
-        assert time.monotonic() < deadline, f"llama_cpp.server not ready:\n{log.read_text()[-3000:]}"
-        try:
-            req = urllib.request.Request(f"{base}/v1/models", headers={"Authorization": f"Bearer {KEY}"})
-            with urllib.request.urlopen(req, timeout=5) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.5)
-    yield Server(base, proc, log)
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=20)
+    try:  # stopped (its whole process group) however the fixture ends: not ready, a failed test, an interrupt
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, f"llama_cpp.server exited:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"llama_cpp.server not ready:\n{log.read_text()[-3000:]}"
+            try:
+                req = urllib.request.Request(f"{base}/v1/models", headers={"Authorization": f"Bearer {KEY}"})
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        yield Server(base, proc, log)
+    finally:
+        stop_group(proc, grace_s=20)
 
 
 @pytest.fixture(autouse=True)
@@ -287,12 +285,14 @@ def test_kill9_midway_then_rerun_serves_answered_calls_from_cache(server, tmp_pa
         with open(log, "wb") as fh:  # a file, not a pipe: a full pipe would stall the child
             proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=fh, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 300
-        while cached_rows() < 16:  # two committed chunks of 8 requests
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "materialization made no progress"
-            time.sleep(0.2)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        try:
+            while cached_rows() < 16:  # two committed chunks of 8 requests
+                assert proc.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, "materialization made no progress"
+                time.sleep(0.2)
+        finally:  # the kill this test is about (SIGKILL), and the run's end if the wait above failed
+            proc.kill()
+            proc.wait(timeout=30)
         assert proc.returncode == -signal.SIGKILL
         answered = cached_rows()
         assert 16 <= answered < n
