@@ -6,7 +6,8 @@ import polars as pl
 import pytest
 
 from dagster_project.core.clarifymt.report import trained_section
-from dagster_project.core.clarifymt.trained import clarify_f1, trained_comparison
+from dagster_project.core.shared.metrics import clarify_f1
+from dagster_project.core.clarifymt.trained import trained_comparison
 from dagster_project.core.training.overlap import (
     held_out_overlaps,
     normalize_query,

@@ -18,6 +18,7 @@ import polars as pl
 from dagster_project.core.shared.metrics import (
     clustered_accuracy,
     clustered_paired_test,
+    clarify_f1,
     decision_macro_f1,
     holm,
 )
@@ -168,10 +169,11 @@ def _scope_summary(frame: pl.DataFrame, must_ask: bool) -> pl.DataFrame:
         action=pl.when(pl.col("non_question")).then(pl.lit("invalid")).otherwise(pl.col("action")))
     f1 = [{"dataset": d, "subject": s, "method": m,
            "macro_f1": decision_macro_f1(g["reference_action"].to_list(), g["action"].to_list(),
-                                         g["weight"].to_list())}
+                                         g["weight"].to_list()),
+           "clarify_f1": clarify_f1(g["reference_action"].to_list(), g["action"].to_list(), g["weight"].to_list())}
           for (d, s, m), g in done.group_by(KEYS)]
-    base = base.join(pl.DataFrame(f1, schema={**{k: pl.Utf8 for k in KEYS}, "macro_f1": pl.Float64}),
-                     on=KEYS, how="left")
+    base = base.join(pl.DataFrame(f1, schema={**{k: pl.Utf8 for k in KEYS}, "macro_f1": pl.Float64,
+                                              "clarify_f1": pl.Float64}), on=KEYS, how="left")
     by_p = clarification_metrics(frame.filter(pl.col("persona").is_in(PERSONA_COLUMNS)), [*KEYS, "persona"], must_ask)
     rows = []
     for (d, s, m), g in by_p.group_by(KEYS):
@@ -299,6 +301,6 @@ def method_comparison(pred: pl.DataFrame, agent: str = "clarify_agent", comparis
     if quality is not None and not quality.is_empty():
         out = out.join(quality, on=KEYS, how="left")
     first = [*KEYS, "scope", "decision_channel", *METRIC_COLUMNS[:4], *PERSONA_COLUMNS, "persona_avg", "persona_std",
-             *METRIC_COLUMNS[4:], "macro_f1", "calls_per_turn"]
+             *METRIC_COLUMNS[4:], "clarify_f1", "macro_f1", "calls_per_turn"]
     return out.select(*first, *[c for c in out.columns if c not in first]).sort("dataset", "subject", "scope",
                                                                                 "method")

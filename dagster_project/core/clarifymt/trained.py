@@ -13,7 +13,7 @@ from dagster_project.core.clarifymt.agent.method import DialogueTurn, Method, Pr
 from dagster_project.core.clarifymt.agent.registry import build_method
 from dagster_project.core.clarifymt.metrics import clarification_metrics, scored
 from dagster_project.core.shared.dedup import Embed
-from dagster_project.core.shared.metrics import decision_macro_f1, paired_significance
+from dagster_project.core.shared.metrics import clarify_f1, decision_macro_f1, paired_significance
 from dagster_project.core.training.template import TrainedTemplate, load_trained_template
 from dagster_project.llm.chat import ChatRequest
 from dagster_project.llm.task import Chat
@@ -76,14 +76,6 @@ def subject_method(subject: str, model: str, method: str, cfg: EvaluationConfig)
         return fallback, (f"subject {subject!r} ({model}) was trained on the {template.name} template, which needs "
                           f"{template.values_needed()} that these dialogues do not have: its own group scores it")
     return TemplateMethod(method, template, role, cfg.subject_max_tokens), None
-
-
-def clarify_f1(reference: Sequence[str], predicted: Sequence[str]) -> float:
-    """F1 of the clarify class (ask = positive; an invalid reply is a miss): ClariLM's reported F1 (IN3: accuracy
-    89.72 with F1 94.36 is only possible for the positive class, not for the macro average)."""
-    if not reference:
-        return float("nan")
-    return float(f1_score(list(reference), list(predicted), labels=["clarify"], average=None, zero_division=0)[0])
 
 
 def _side(done: pl.DataFrame, rows: pl.DataFrame, quality: pl.DataFrame | None, key: tuple[str, str, str],

@@ -12,7 +12,7 @@ from dagster_project.lib.groups import GroupSpec
 from dagster_project.lib.headlines import nest, pick
 from dagster_project.lib.warehouse import read_asset
 
-HEADLINE_COLUMNS = ("accuracy", "accuracy_ci_low", "accuracy_ci_high", "macro_f1", "calls_per_turn")
+HEADLINE_COLUMNS = ("accuracy", "accuracy_ci_low", "accuracy_ci_high", "clarify_f1", "macro_f1", "calls_per_turn")
 
 
 def inputs(p: Params) -> list[tuple[str, str]]:
@@ -26,12 +26,12 @@ def headlines(base: Path) -> list[tuple[str, pl.DataFrame | None]]:
 
 
 def metrics(base: Path) -> dict | None:
-    """Accuracy and ask/answer macro-F1 over all turns per dataset x subject x method (method_comparison)."""
+    """Accuracy, clarify-class F1 (ClariLM's F1) and macro-F1 over all turns per dataset x subject x method."""
     t = read_asset(base, "evaluation", "method_comparison")
     if t is None or t.is_empty() or "scope" not in t.columns:
         return None
     t = t.filter(pl.col("scope") == "all_turns")
-    return nest(t.to_dicts(), ["dataset", "subject", "method"], ["accuracy", "macro_f1", "n"]) or None
+    return nest(t.to_dicts(), ["dataset", "subject", "method"], ["accuracy", "clarify_f1", "macro_f1", "n"]) or None
 
 
 GROUP = GroupSpec(
