@@ -155,8 +155,8 @@ def double_turn_comparisons(context: dg.AssetExecutionContext, params: dg.Resour
     out = out.with_columns(
         verdict=pl.Series(words, dtype=pl.Utf8),
         our_gain_points=pl.col("diff") * 100,
-        published_gain_points=pl.when(is_headline).then(pl.col("metric").replace_strict(DOUBLE_TURN_GAINS, default=None))
-        .otherwise(None).cast(pl.Float64),
+        published_gain_points=pl.when(is_headline).then(
+            pl.col("metric").replace_strict(DOUBLE_TURN_GAINS, default=None)).otherwise(None).cast(pl.Float64),
         published_source=pl.when(is_headline).then(pl.lit(DOUBLE_TURN_SOURCE)).otherwise(None))
     context.add_output_metadata({
         "table": dg.MetadataValue.md(markdown_table(out.select(
