@@ -40,6 +40,7 @@ def _benchmarks(scale: float) -> dict[str, Callable[[], BenchResult]]:
     from bench_cache import bench_cache
     from bench_dedup import bench_dedup, bench_dedup_ann
     from bench_llm import bench_llm
+    from bench_log_memory import bench_log_memory
     from bench_logs import bench_logs
     from bench_paper_scale import bench_paper_scale
     from bench_parallel import bench_parallel
@@ -50,12 +51,12 @@ def _benchmarks(scale: float) -> dict[str, Callable[[], BenchResult]]:
     # cheap first, so a broken model install still leaves numbers for the rest
     return {"parsing": bench_parsing, "cache": bench_cache, "dedup": bench_dedup, "dedup_ann": bench_dedup_ann,
             "llm": bench_llm, "tokens": bench_tokens, "rerun": bench_rerun, "openai": bench_openai, "vllm": bench_vllm,
-            "retrieval": bench_retrieval, "logs": bench_logs, "serving": bench_serving,
+            "retrieval": bench_retrieval, "logs": bench_logs, "log_memory": bench_log_memory, "serving": bench_serving,
             "paper_scale": lambda: bench_paper_scale(scale), "parallel": bench_parallel}
 
 
 NAMES = ("parsing", "cache", "dedup", "dedup_ann", "llm", "tokens", "rerun", "openai", "vllm", "retrieval", "logs",
-         "serving", "paper_scale", "parallel")
+         "log_memory", "serving", "paper_scale", "parallel")
 # the performance table's headline ratios (ARCHITECTURE §4 / issue 10), printed together at the end
 HEADLINES = (("P1 warm-cache rerun vs cold", "rerun", "p1_warm_vs_cold"),
              ("P2 openai concurrency 32 vs 1", "openai", "p2_concurrency_speedup"),
@@ -64,7 +65,8 @@ HEADLINES = (("P1 warm-cache rerun vs cold", "rerun", "p1_warm_vs_cold"),
              ("llama.cpp tokens/s, 2 threads", "tokens", "llamacpp_tok_s"),
              ("paper scale: ms per LLM call", "paper_scale", "overhead_ms_per_call"),
              ("paper scale: warm rerun s", "paper_scale", "warm_rerun_s"),
-             ("paper scale: peak RSS MB", "paper_scale", "peak_rss_mb"))
+             ("paper scale: peak RSS MB", "paper_scale", "peak_rss_mb"),
+             ("logs: peak RSS MiB per MiB of log", "log_memory", "rss_mib_per_input_mib"))
 
 
 def _machine() -> dict[str, object]:
