@@ -45,6 +45,7 @@ class ChatResult:
     tokens_in: int = 0
     tokens_out: int = 0
     latency_s: float = 0.0
+    model_s: float = 0.0  # the backend's own generation time (latency_s also counts waiting for a turn)
     cached: bool = False
     cache_hits: int = 0
     error: str | None = None
@@ -96,7 +97,10 @@ def parse_usage_key(key: str) -> tuple[str | None, str] | None:
 
 def usage_summary(results: list[ChatResult], price_in_per_mtok: float = 0.0, price_out_per_mtok: float = 0.0,
                   role: str | None = None) -> dict[str, float | int]:
-    """Calls, cache hits, tokens, errors and estimated cost of a batch (Dagster metadata, keys from usage_key)."""
+    """Calls, cache hits, tokens, errors, time and estimated cost of a batch (Dagster metadata, keys from usage_key).
+
+    latency_s sums each request's wall time, waits for a free slot included; model_s only the backend's own
+    generation time, which `clarify timings` sets against a stage's wall time."""
     samples = sum(max(len(r.texts), 1) for r in results)
     hits = sum(r.cache_hits for r in results)
     tin = sum(r.tokens_in for r in results)
@@ -110,6 +114,7 @@ def usage_summary(results: list[ChatResult], price_in_per_mtok: float = 0.0, pri
         "tokens_in": tin,
         "tokens_out": tout,
         "latency_s": round(sum(r.latency_s for r in results), 2),
+        "model_s": round(sum(r.model_s for r in results), 2),
         "est_cost_usd": round((tin * price_in_per_mtok + tout * price_out_per_mtok) / 1e6, 4),
     }
     return {usage_key(k, role): v for k, v in numbers.items()}

@@ -69,11 +69,13 @@ class _ResultSink:
         return [j for j, t in enumerate(self.taken) if not t]
 
     def take(self, j: int, out: JobOutput, latency_s: float) -> None:
+        """Store one job's output; its model time is the backend's own measure, else its whole latency."""
         i, job = self.pending[j]
         self.taken[j] = True
         self.done += 1
         res = self.results[i]
         res.latency_s += latency_s
+        res.model_s += latency_s if out.model_s is None else out.model_s
         if out.error or len(out.texts) != len(job.sample_indices):
             res.error = self.redact(out.error) or f"backend returned {len(out.texts)} of {len(job.sample_indices)} samples"
             self.errors += 1

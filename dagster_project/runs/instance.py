@@ -8,6 +8,7 @@ import hashlib
 import os
 import socket
 import subprocess
+import uuid
 from pathlib import Path
 
 import dagster as dg
@@ -77,6 +78,15 @@ def provenance_tags(group: str, params: BaseModel, cwd: str | Path = ".") -> dic
         if os.environ.get(var):
             tags[tag] = os.environ[var]
     return tags
+
+
+INVOCATION_TAG, INVOCATION_STARTED_TAG = "clarify/invocation", "clarify/invocation_started"
+
+
+def invocation_tags() -> dict[str, str]:
+    """Tags shared by every run of one `clarify materialize` (worker processes included): an id, and the start
+    time of the command's process, so `clarify timings` can tell a stage's wall time, start-up included."""
+    return {INVOCATION_TAG: uuid.uuid4().hex, INVOCATION_STARTED_TAG: f"{psutil.Process().create_time():.2f}"}
 
 
 def _alive(tags: dict[str, str]) -> bool:

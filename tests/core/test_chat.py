@@ -84,8 +84,8 @@ def test_chat_result_properties():
 
 def test_usage_summary_sums():
     results = [
-        ChatResult(texts=["a", "b"], tokens_in=10, tokens_out=20, latency_s=0.5, cache_hits=1),
-        ChatResult(texts=[], error="boom", latency_s=1.25),
+        ChatResult(texts=["a", "b"], tokens_in=10, tokens_out=20, latency_s=0.5, model_s=0.25, cache_hits=1),
+        ChatResult(texts=[], error="boom", latency_s=1.25, model_s=1.0),
         ChatResult(texts=["c"], tokens_in=5, tokens_out=7, latency_s=0.004, cached=True, cache_hits=1),
     ]
     u = usage_summary(results, price_in_per_mtok=2.0, price_out_per_mtok=10.0)
@@ -93,7 +93,8 @@ def test_usage_summary_sums():
     # cost = (15 * 2 + 27 * 10) / 1e6 = 300 / 1e6 = 0.0003
     assert u == {
         "llm/requests": 3, "llm/samples": 4, "llm/cache_hits": 2, "llm/new_calls": 2, "llm/errors": 1,
-        "llm/tokens_in": 15, "llm/tokens_out": 27, "llm/latency_s": 1.75, "llm/est_cost_usd": 0.0003,
+        "llm/tokens_in": 15, "llm/tokens_out": 27, "llm/latency_s": 1.75, "llm/model_s": 1.25,
+        "llm/est_cost_usd": 0.0003,
     }
 
 
@@ -111,7 +112,7 @@ def test_usage_cost(tin, tout, pin, pout, cost):
 def test_usage_keys_one_scheme_per_role_and_total():
     u = usage_summary([ChatResult(texts=["a"])], role="subject:smollm2")
     assert set(u) == {usage_key(m, "subject:smollm2") for m in (
-        "requests", "samples", "cache_hits", "new_calls", "errors", "tokens_in", "tokens_out", "latency_s",
+        "requests", "samples", "cache_hits", "new_calls", "errors", "tokens_in", "tokens_out", "latency_s", "model_s",
         "est_cost_usd")}
     assert usage_key("errors", "subject:smollm2") == "llm/subject:smollm2/errors"
     assert parse_usage_key("llm/subject:org/model/errors") == ("subject:org/model", "errors")

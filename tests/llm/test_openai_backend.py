@@ -249,3 +249,16 @@ def test_each_role_uses_its_own_api_key(fake, tmp_path, monkeypatch):
     client.chat("reasoner", [ChatRequest.of([{"role": "user", "content": "for reasoner"}])])
     auth = {r["body"]["messages"][-1]["content"]: r["headers"]["authorization"] for r in fake.requests}
     assert auth == {"for judge": "Bearer key-one", "for reasoner": "Bearer key-two"}
+
+
+def test_model_time_is_the_request_time_without_the_wait_for_a_free_slot(fake, tmp_path):
+    """concurrency 1: the later requests wait for the earlier ones; their latency counts that wait, their
+    model time (what `clarify timings` reports) only their own request."""
+    client = _client(fake, tmp_path, {"judge": {"backend": "openai", "model": "fake-model", "base_url": fake.url,
+                                                "api_key_env": "CLARIFY_FAKE_KEY", "concurrency": 1}})
+    fake.delay_s = 0.2
+    out = client.chat("judge", [ChatRequest.of([{"role": "user", "content": f"t{i}"}], "p@1") for i in range(3)])
+    assert all(r.error is None and r.model_s >= fake.delay_s for r in out)
+    waited = max(out, key=lambda r: r.latency_s)
+    assert waited.latency_s >= waited.model_s + fake.delay_s  # it queued behind at least one other request
+    assert sum(r.model_s for r in out) < sum(r.latency_s for r in out)

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import threading
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -75,10 +76,12 @@ class LlamaCppBackend:
             constraint = grammar_kwargs(job.json_schema)
             for idx in job.sample_indices:
                 with self._lock:
+                    t = time.monotonic()
                     r = self.llm.create_chat_completion(
                         messages=list(job.messages), temperature=job.sampling["temperature"],
                         top_p=job.sampling["top_p"], max_tokens=job.sampling["max_tokens"],
                         seed=job.sampling["seed"] + idx, **constraint)
+                    out.model_s = (out.model_s or 0.0) + time.monotonic() - t
                 out.texts.append(r["choices"][0]["message"]["content"] or "")
                 out.truncated.append(r["choices"][0].get("finish_reason") == "length")
                 out.tokens_in += r["usage"]["prompt_tokens"]

@@ -150,7 +150,11 @@ class OpenAIBackend:
                             # the raw JSON: the client's typed request transform and response models cost
                             # ~1-3 ms of CPU per call (profiled at paper scale), more than the rest of the layer
                             client = clients[next(servers) % len(clients)]
-                            r = await client.post("/chat/completions", body=kwargs, cast_to=object)
+                            t = time.monotonic()
+                            try:
+                                r = await client.post("/chat/completions", body=kwargs, cast_to=object)
+                            finally:  # the request time, failed tries included; not the slot wait or backoff
+                                out.model_s = (out.model_s or 0.0) + time.monotonic() - t
                         choices = _choices(r)
                 for c in choices[: kwargs["n"]]:
                     out.texts.append((c.get("message") or {}).get("content") or "")
@@ -159,6 +163,6 @@ class OpenAIBackend:
                 out.tokens_in += usage.get("prompt_tokens") or 0
                 out.tokens_out += usage.get("completion_tokens") or 0
         except Exception as err:  # noqa: BLE001
-            return JobOutput(error=short_error(err))
+            return JobOutput(error=short_error(err), model_s=out.model_s)
         return out
 
