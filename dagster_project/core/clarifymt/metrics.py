@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dagster_project.io.status import Status
 from dagster_project.core.shared.metrics import (
     clustered_accuracy,
     clustered_paired_test,
@@ -23,7 +24,7 @@ from dagster_project.core.shared.metrics import (
     holm,
 )
 
-EVALUATED = ("ok", "parse_error")  # invalid replies count as wrong; llm_error / input_error rows are excluded
+EVALUATED = (Status.OK, Status.PARSE_ERROR)  # invalid replies count as wrong; llm_error / input_error rows are excluded
 SHARES = ["accuracy", "under_clarification", "over_clarification", "invalid", "not_a_question"]
 METRIC_COLUMNS = ["n", "accuracy", "accuracy_ci_low", "accuracy_ci_high", *SHARES[1:], "protocol_compliance",
                   "question_share", "llm_errors", "input_errors", "n_independent", "n_queries"]
@@ -40,7 +41,7 @@ def scored(pred: pl.DataFrame, clarify_must_be_question: bool = False) -> pl.Dat
     """Every row with `evaluated` (ok / parse_error), `correct` and its `cluster` (the query; the dialogue where
     no query_id is known). By default (the paper's action-only accuracy) a clarify reply that is no question is
     only flagged (question_share, not_a_question); with clarify_must_be_question it counts wrong."""
-    defaults = {"status": pl.lit("ok"), "is_question": pl.lit(None, pl.Boolean),
+    defaults = {"status": pl.lit(Status.OK), "is_question": pl.lit(None, pl.Boolean),
                 "protocol_ok": pl.lit(None, pl.Float64), "llm_calls": pl.lit(None, pl.Int64),
                 "query_id": pl.lit(None, pl.Utf8), "dataset": pl.lit("clarifymt")}
     pred = pred.with_columns(**{c: e for c, e in defaults.items() if c not in pred.columns})
@@ -94,8 +95,8 @@ def clarification_metrics(pred: pl.DataFrame, keys: list[str], clarify_must_be_q
         _wmean(pl.col("protocol_ok"), ev & pl.col("protocol_ok").is_not_null()).alias("protocol_compliance"),
         _wmean(pl.col("is_question"), ev & (act == "clarify") & pl.col("is_question").is_not_null())
         .alias("question_share"),
-        (pl.col("status") == "llm_error").sum().cast(pl.Int64).alias("llm_errors"),
-        (pl.col("status") == "input_error").sum().cast(pl.Int64).alias("input_errors"),
+        (pl.col("status") == Status.LLM_ERROR).sum().cast(pl.Int64).alias("llm_errors"),
+        (pl.col("status") == Status.INPUT_ERROR).sum().cast(pl.Int64).alias("input_errors"),
         pl.col("weight").sum().alias("n_independent"),
         pl.col("correct").filter(ev).alias("_correct"), pl.col("weight").filter(ev).alias("_weight"),
         pl.col("cluster").filter(ev).alias("_cluster"),
@@ -157,7 +158,7 @@ BASELINES = ("base", "majority_vote", "cot", "intent_sim", "at_cot")
 
 def _scope_summary(frame: pl.DataFrame, must_ask: bool) -> pl.DataFrame:
     base = clarification_metrics(frame, KEYS, must_ask).join(
-        frame.group_by(KEYS).agg(pl.col("llm_calls").filter(pl.col("status") != "input_error").mean()
+        frame.group_by(KEYS).agg(pl.col("llm_calls").filter(pl.col("status") != Status.INPUT_ERROR).mean()
                                  .alias("calls_per_turn")), on=KEYS, how="left")
     if "truncated_replies" in frame.columns:  # share of the generations that stopped at max_tokens
         cut = frame.group_by(KEYS).agg((pl.col("truncated_replies").sum() / pl.col("llm_calls").sum())
@@ -284,7 +285,7 @@ def method_comparison(pred: pl.DataFrame, agent: str = "clarify_agent", comparis
     if "dataset" not in pred.columns:
         pred = pred.with_columns(dataset=pl.lit("clarifymt"))
     if "status" not in pred.columns:
-        pred = pred.with_columns(status=pl.lit("ok"))
+        pred = pred.with_columns(status=pl.lit(Status.OK))
     if "llm_calls" not in pred.columns:
         pred = pred.with_columns(llm_calls=pl.lit(None, pl.Int64))
     frames = []

@@ -130,7 +130,7 @@ def render_report(inputs: ReportInputs, plots: Sequence[str] = ()) -> str:
     pairwise win/tie/lose, error counts, and one ClarifyAgent trace."""
     m, cmp, pred = inputs.metric_tables, inputs.method_comparison, inputs.predictions
     turn_scope = f"turn_{inputs.comparison_turn}"
-    evaluated = pred.filter(pl.col("status").is_in(["ok", "parse_error"]))
+    evaluated = pred.filter(pl.col("status").is_in([Status.OK, Status.PARSE_ERROR]))
     sample = ("every dialogue" if inputs.max_dialogues is None
               else f"a sample of {inputs.max_dialogues} dialogues per dataset (seed {inputs.sample_seed}, "
                    "spread over personas; the same dialogues for every method)")
@@ -309,7 +309,7 @@ def _quality_sections(inputs: ReportInputs, plots: Sequence[str]) -> list[str]:
 def _trace_example(pred: pl.DataFrame, agent: str) -> list[str]:
     if "slots" not in pred.columns:
         return []
-    rows = pred.filter((pl.col("method") == agent) & (pl.col("status") == "ok") & pl.col("slots").is_not_null())
+    rows = pred.filter((pl.col("method") == agent) & (pl.col("status") == Status.OK) & pl.col("slots").is_not_null())
     if rows.is_empty():
         return []
     r = rows.sort("dialogue_id", "turn").row(0, named=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 import polars as pl
 
+from dagster_project.io.status import Status
 from dagster_project.core.double_turn.answers import (
     ANSWER_AFTER,
     CLARIFY_MARK,
@@ -98,7 +99,7 @@ def user_simulator_sft(sft: pl.DataFrame) -> list[dict[str, Any]]:
     or have no clarifying question.
     """
     out = []
-    for r in sft.filter((pl.col("row_type") == "answer") & (pl.col("status") == "ok")).iter_rows(named=True):
+    for r in sft.filter((pl.col("row_type") == "answer") & (pl.col("status") == Status.OK)).iter_rows(named=True):
         if r["reason"] in (None, "example dropped"):  # a usable reply, even where the SFT example was dropped
             target = {"reply": r["user_reply"], "abstain": False}
         elif r["reason"] == "no clarifying answer" and r["clarifying_question"]:

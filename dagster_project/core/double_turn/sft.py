@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import polars as pl
 from pydantic import WithJsonSchema, create_model
 
+from dagster_project.io.status import Status
 from dagster_project.core.double_turn.metrics import normalize_answer
 from dagster_project.core.double_turn.simulation import (
     NONE_REPLIES,
@@ -115,7 +116,7 @@ def sft_rows(o: Outcome[dict[str, Any], Any]) -> list[dict[str, Any]]:
              "user_reply": None, "kept": clarify_reason is None, "reason": clarify_reason}]
     for i, (answer, aliases) in enumerate(zip(p["answers"], p["aliases"], strict=True)):
         reply = replies[i]
-        if status != "ok":
+        if status != Status.OK:
             reason = f"generator reply unusable ({status})"
         elif reply is None:
             reason = "declined" if declined else "no clarifying answer"

@@ -280,7 +280,7 @@ def validate_provided_ambiguous(records: list[Record], names: list[str]) -> pl.D
     for rec in records:
         if rec.problem:
             rows.append({"query_id": f"provided-bad-{rec.record:03d}", "method": "provided", "split": None,
-                         "status": "ok", "candidate_intents": [], "reasons": [], "kept": False,
+                         "status": Status.OK, "candidate_intents": [], "reasons": [], "kept": False,
                          "reject_reason": problem_reason(rec), "raw_output": rec.raw})
             continue
         r = rec.data
@@ -294,7 +294,7 @@ def validate_provided_ambiguous(records: list[Record], names: list[str]) -> pl.D
         rows.append({"query_id": f"provided-{split or 'bad'}-{rec.record:03d}", "method": "provided",
                      "split": split, "ambiguous_query": " ".join((amb or "").split()) or None,
                      "unambiguous_query": " ".join((una or "").split()) or None, "true_intent": true,
-                     "candidate_intents": list(dict.fromkeys(known)), "reasons": [], "status": "ok",
+                     "candidate_intents": list(dict.fromkeys(known)), "reasons": [], "status": Status.OK,
                      "kept": reason is None, "reject_reason": reason})
     return pl.DataFrame(rows, schema=GENERATED)
 

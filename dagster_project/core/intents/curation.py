@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dagster_project.io.status import Status
 from dagster_project.config import IntentsConfig
 from dagster_project.core.intents.assistant import training_system_prompt
 from dagster_project.core.intents.catalog import OOD_TARGET, Catalog
@@ -136,7 +137,7 @@ def training_conversations(turns: pl.DataFrame, conv: pl.DataFrame, catalog: Cat
     for r in ranked.iter_rows(named=True):
         t = by_conv[r["conversation_id"]]
         msgs = [{"role": m["speaker"], "content": m["text"]} for m in t.iter_rows(named=True)
-                if m["text"] is not None and m["status"] == "ok"]
+                if m["text"] is not None and m["status"] == Status.OK]
         cands = t["candidate_intents"][0].to_list()
         messages = [{"role": "system", "content": training_system_prompt(catalog, cands, demos,
                                                                           cfg.examples_per_intent)}, *msgs]

@@ -8,6 +8,7 @@ from typing import Any
 
 import polars as pl
 
+from dagster_project.io.status import Status
 from dagster_project.core.intents.simulation import SCORED_OUTCOMES
 from dagster_project.core.shared.metrics import paired_significance
 
@@ -65,7 +66,7 @@ def headline_table(prompted: pl.DataFrame, trained: pl.DataFrame, systems: dict[
                                 "unfair_reference": pl.Utf8})
     ours = meta.join(trained, on="subject", how="left")
     theirs = prompted.with_columns(system=pl.lit("prompted"), percentile=pl.lit(None, pl.Float64),
-                                   template=pl.lit("intents group prompt"), status=pl.lit("ok"),
+                                   template=pl.lit("intents group prompt"), status=pl.lit(Status.OK),
                                    reason=pl.lit(None, pl.Utf8))
     out = pl.concat([theirs, ours], how="diagonal_relaxed")
     order = {"prompted": 0, "untuned_base": 1, "tuned": 2}

@@ -147,7 +147,7 @@ def _judge_jobs(convs: list[dict[str, Any]], intent_list: str, judge_unambiguous
 def _score_rows(c: dict[str, Any], info: Outcome | None, qual: Outcome | None, alpha: float) -> list[dict[str, Any]]:
     meta, asst = c["meta"], c["asst"]
     n = asst.height
-    status, error, used = "ok", None, [o for o in (info, qual) if o is not None]
+    status, error, used = Status.OK, None, [o for o in (info, qual) if o is not None]
     enough: list[bool | None] = [None] * n
     source = None
     if meta["outcome"] not in SCORED_OUTCOMES:
@@ -165,10 +165,10 @@ def _score_rows(c: dict[str, Any], info: Outcome | None, qual: Outcome | None, a
     ratings: dict[int, dict[str, float]] = {}
     if qual is not None:
         if qual.status is Status.LLM_ERROR:
-            if status == "ok":
+            if status == Status.OK:
                 status, error = "judge_llm_error", qual.error
         elif not qual.ok:
-            if status == "ok":
+            if status == Status.OK:
                 status, error = "judge_parse_error", f"quality ratings: {qual.error}"
         else:
             ratings = dict(zip(c["clarifying"], read_ratings(qual.value.ratings, len(c["clarifying"]))[0]))

@@ -10,6 +10,7 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
+from dagster_project.io.status import Status
 from dagster_project.core.retrieval.rankers import RUN_SCHEMA, TEXT_ONLY, dense_rerank, run_rows
 
 FINETUNED = "finetuned_rerank"
@@ -61,5 +62,5 @@ def paired_mrr(per_query: pl.DataFrame, a: str, b: str, metric: str = "mrr") -> 
 def images_sent(runs: pl.DataFrame, queries: Sequence[str]) -> dict[str, int]:
     """Per run_id: how many of `queries` went to the model with their images (ok rows of a multimodal run)."""
     mm = runs.filter((pl.col("modality") != TEXT_ONLY) & pl.col("query_id").is_in(list(queries))
-                     & (pl.col("status") == "ok"))
+                     & (pl.col("status") == Status.OK))
     return dict(mm.group_by("run_id").agg(pl.col("query_id").n_unique()).iter_rows())

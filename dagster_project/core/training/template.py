@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, fields
 from string import Template
 from typing import Any
 
+from dagster_project.io.status import Status
 from dagster_project.llm.chat import Message
 from dagster_project.llm.prompts import load_prompt
 from dagster_project.llm.protocol import Decision, parse_decision
@@ -59,7 +60,7 @@ def _double_turn_text(reply: str, **_: Any) -> Decision:
     from dagster_project.core.double_turn.evaluation import parse_turn2
 
     p = parse_turn2(reply)
-    if p["status"] != "ok":
+    if p["status"] != Status.OK:
         return Decision("invalid", reply)
     return Decision(p["action"], p["clarifying_question"] or p["answer"])
 

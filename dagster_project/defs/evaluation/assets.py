@@ -14,6 +14,7 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
+from dagster_project.io.status import Status
 from dagster_project.config import BENCHMARK_DATASET, CLARILM_DATASET, Params
 from dagster_project.core.clarifymt.agent.predictions import (
     EVALUATED,
@@ -210,7 +211,7 @@ def judge_scores(context: dg.AssetExecutionContext, params: dg.ResourceParam[Par
         "sampled_items": sampled.select("dataset", "dialogue_id", "turn").n_unique() if sampled.height else 0,
         "judged_by_llm": int((out["judged_by"] == "judge").sum()),
         "scored_zero_by_rule": int((out["judged_by"] == "rule").sum()),
-        "judge_parse_errors": int((out["status"] == "parse_error").sum()), "bertscore": cfg.bertscore,
+        "judge_parse_errors": int((out["status"] == Status.PARSE_ERROR).sum()), "bertscore": cfg.bertscore,
     })
     return out
 

@@ -48,7 +48,7 @@ class Prediction:
 
     action: str = "invalid"  # clarify | answer | invalid
     response: str | None = None  # the question or the answer, without the protocol prefix
-    status: str = Status.OK.value  # ok | parse_error | llm_error
+    status: Status = Status.OK
     error: str | None = None
     raw_output: str | None = None
     trace: dict[str, Any] = field(default_factory=dict)
