@@ -43,7 +43,7 @@ def test_trained_model_that_improves_and_one_that_does_not():
     assert (sft["n"], sft["accuracy"], sft["ref_accuracy"], sft["n_paired"]) == (12, 1.0, 1 / 12, 12)
     assert sft["protocol_compliance"] == 1.0 and sft["macro_f1"] == 1.0 and sft["judge_score"] == 4.0
     assert sft["ref_under_clarification"] == 5 / 12 and sft["ref_over_clarification"] == 6 / 12
-    assert sft["accuracy_ci_low"] < 1.0 and sft["test"] == "mcnemar_exact" and sft["p_value"] < 0.01
+    assert sft["accuracy_ci_low"] < 1.0 and sft["test"] == "sign_flip" and sft["p_value"] < 0.01  # 12 queries (one turn each)
     assert sft["significant"] and sft["verdict"] == "improved"
     assert dpo["diff"] == 0.0 and not dpo["significant"] and "does not improve" in dpo["verdict"]
     few = trained_comparison(PRED, [("sft", "base_hf")], min_n=20).row(0, named=True)

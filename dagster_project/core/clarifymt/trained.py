@@ -11,9 +11,9 @@ from sklearn.metrics import f1_score
 from dagster_project.config import EvaluationConfig
 from dagster_project.core.clarifymt.agent.method import DialogueTurn, Method, Prediction, decision_prediction
 from dagster_project.core.clarifymt.agent.registry import build_method
-from dagster_project.core.clarifymt.metrics import clarification_metrics, scored
+from dagster_project.core.clarifymt.metrics import clarification_metrics, scored, weighted
 from dagster_project.core.shared.dedup import Embed
-from dagster_project.core.shared.metrics import clarify_f1, decision_macro_f1, paired_significance
+from dagster_project.core.shared.metrics import clarify_f1, clustered_paired_test, decision_macro_f1
 from dagster_project.core.training.template import TrainedTemplate, load_trained_template
 from dagster_project.llm.chat import ChatRequest
 from dagster_project.llm.task import Chat
@@ -111,11 +111,12 @@ def trained_comparison(pred: pl.DataFrame, pairs: Sequence[tuple[str, str]], met
                        ttest_min_n: int = 30, clarify_must_be_question: bool = True) -> pl.DataFrame:
     """One row per dataset x (subject, reference) pair, both evaluated with `method` over all turns: each side's n,
     accuracy with a Wilson 95% CI, clarify-class F1 (ClariLM's F1) and macro-F1, protocol compliance, under-/over-clarification and judge score (where
-    judged); the paired test on the turns both evaluated (exact McNemar below ttest_min_n, else the t-test) with
-    the difference's 95% CI, and a verdict in words."""
+    judged); the paired test on the turns both evaluated, clustered by query (a query's shared turn 1 weighted
+    once; sign-flip test below ttest_min_n queries, else the cluster-robust t-test) with the difference's 95% CI,
+    and a verdict in words."""
     if pred.is_empty() or not pairs:
         return pl.DataFrame(schema=SCHEMA)
-    f = scored(pred.filter(pl.col("method") == method), clarify_must_be_question)
+    f = weighted(scored(pred.filter(pl.col("method") == method), clarify_must_be_question), ["dataset", "subject"])
     rows = []
     for dataset in sorted(f["dataset"].unique().to_list()):
         d = f.filter(pl.col("dataset") == dataset)
@@ -127,10 +128,10 @@ def trained_comparison(pred: pl.DataFrame, pairs: Sequence[tuple[str, str]], met
             if sides[subject][0].is_empty() or sides[reference][0].is_empty():
                 continue
             a, b = sides[subject][1], sides[reference][1]
-            pair = a.select("dialogue_id", "turn", s="correct").join(
+            pair = a.select("dialogue_id", "turn", "cluster", "weight", s="correct").join(
                 b.select("dialogue_id", "turn", r="correct"), on=["dialogue_id", "turn"], how="inner")
-            test = paired_significance(pair["s"].cast(pl.Int64).to_list(), pair["r"].cast(pl.Int64).to_list(),
-                                       ttest_min_n)
+            test = clustered_paired_test(pair["s"].cast(pl.Float64).to_list(), pair["r"].cast(pl.Float64).to_list(),
+                                         pair["weight"].to_list(), pair["cluster"].to_list(), ttest_min_n)
             n = int(test["n"])
             sig = bool(n >= min_n and test["p"] < alpha)
             mine = _side(a, sides[subject][0], quality, (dataset, subject, method), clarify_must_be_question)
