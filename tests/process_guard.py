@@ -3,8 +3,8 @@
 - SIGTERM becomes a KeyboardInterrupt, as Ctrl-C does, so pytest runs every fixture finaliser (which stop the servers
   and subprocesses the tests started) before it exits, instead of dying at once and orphaning them.
 - Every process the suite starts inherits CLARIFY_TEST_SESSION=<token of this session>. At the end of the session,
-  after the finalisers, any such process still alive (a descendant of pytest, or an orphan adopted by init, which
-  keeps the token in its environment) fails the run, named by pid and command line, and is then killed.
+  after the finalisers, any such process still alive GRACE_S later (a descendant of pytest, or an orphan adopted by
+  init, which keeps the token in its environment) fails the run, named by pid and command line, and is then killed.
 - `stop_group` is the one way tests stop what they start in a process group of its own.
 """
 
@@ -24,6 +24,7 @@ TOKEN_ENV = "CLARIFY_TEST_SESSION"
 # detached update / analytics checks (`dvc daemon ...`), which exit on their own
 HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver", "loky.backend.resource_tracker",
            "dvc daemon")
+GRACE_S = 5.0  # a process already on its way out (a pool worker told to stop) gets this long before it counts
 _token = pytest.StashKey[str]()
 
 
@@ -92,7 +93,7 @@ def _kill(procs: list[psutil.Process]) -> None:
 
 @pytest.hookimpl(trylast=True)  # after pytest's own sessionfinish, which runs the pending fixture finalisers
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    left = leftovers(session.config.stash[_token])
+    _gone, left = psutil.wait_procs(leftovers(session.config.stash[_token]), timeout=GRACE_S)
     if not left:
         return
     lines = [f"pid {p.pid}: {_cmdline(p)[:300]}" for p in left]

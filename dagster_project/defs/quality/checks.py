@@ -149,6 +149,7 @@ ORDERED = ("expect_column_values_to_be_increasing", "expect_column_values_to_be_
 
 
 def named_columns(expectations: list[Expectation]) -> set[str]:
+    """Every column an expectation's kwargs name."""
     named: set[str] = set()
     for e in expectations:
         for key in COLUMN_KWARGS:
@@ -178,13 +179,14 @@ def _kind(e: Expectation) -> str:
         return "rows"
     if e.type.startswith("expect_table_column") or e.type == "expect_column_to_exist":
         return "schema"
+    gx = _gx()
     from great_expectations.expectations.expectation import (
         ColumnMapExpectation,
         ColumnPairMapExpectation,
         MulticolumnMapExpectation,
     )
 
-    cls = getattr(_gx().expectations, _camel(e.type))
+    cls = getattr(gx.expectations, _camel(e.type))
     if issubclass(cls, ColumnMapExpectation | ColumnPairMapExpectation | MulticolumnMapExpectation) \
             and e.type not in ORDERED:
         return "map"
