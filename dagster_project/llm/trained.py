@@ -85,6 +85,23 @@ def served_model(model: str, subject: str | None = None) -> ServedModel:
 TEMPLATE_FIELD = "template"
 
 
+def training_meta(model: str) -> dict | None:
+    """A trained model's training.json as a mapping, or None when the folder is not built or the file unreadable."""
+    try:
+        meta = json.loads((training_dir(model) / "training.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def same_model(a: str, b: str) -> bool:
+    """Equal specs, or two paths of one existing folder."""
+    if a == b:
+        return True
+    pa, pb = Path(a).expanduser(), Path(b).expanduser()
+    return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()
+
+
 def recorded_template(model: str, subject: str | None = None) -> dict:
     """training.json's `template` entry (how the model was prompted and how its replies are read; see
     core/training/template.py); a folder trained before templates were recorded is refused: retrain it."""

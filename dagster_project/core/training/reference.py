@@ -4,20 +4,8 @@ the difference between two models."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any
-
 from dagster_project.config.llm import RoleConfig
-from dagster_project.llm.trained import training_dir, training_name
-
-
-def _same_model(a: str, b: str) -> bool:
-    """Equal specs, or two paths of one folder."""
-    if a == b:
-        return True
-    pa, pb = Path(a).expanduser(), Path(b).expanduser()
-    return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()
+from dagster_project.llm.trained import same_model, training_meta, training_name
 
 
 def training_base(model: str, default_base: str) -> tuple[str, ...]:
@@ -26,10 +14,8 @@ def training_base(model: str, default_base: str) -> tuple[str, ...]:
     its own base."""
     if training_name(model) is None:
         return (model,)
-    meta_file = training_dir(model) / "training.json"
-    try:
-        meta: dict[str, Any] = json.loads(meta_file.read_text())
-    except (OSError, ValueError):
+    meta = training_meta(model)
+    if meta is None:
         return (default_base,)
     names = [str(meta.get("config", {}).get("base_model") or ""), str(meta.get("base_model") or "")]
     return tuple(n for n in names if n) or (default_base,)
@@ -47,7 +33,7 @@ def reference_problem(subject: str, subject_cfg: RoleConfig, reference: str, ref
     mine = training_base(subject_cfg.model, default_base)
     theirs = training_base(reference_cfg.model, default_base)
     problems = []
-    if not any(_same_model(a, b) for a in mine for b in theirs):
+    if not any(same_model(a, b) for a in mine for b in theirs):
         problems.append(f"its model {reference_cfg.model!r} (base {theirs[0]!r}) is not {subject!r}'s training base "
                         f"{mine[0]!r}")
     if _serving(subject_cfg) != _serving(reference_cfg):
