@@ -32,11 +32,13 @@ from dagster_project.core.double_turn.exports import (
     user_simulator_sft,
 )
 from dagster_project.core.double_turn.metrics import (
-    answer_set_f1,
     direct_answer_accuracy,
     exact_match,
     normalize_answer,
     paired_bootstrap_p,
+    paper_answer_set_f1,
+    paper_clarify_f1,
+    paper_user_correct,
     random_decision_baseline,
 )
 from dagster_project.core.double_turn.preferences import label_pairs, prefer
@@ -85,33 +87,35 @@ def test_exact_match_with_aliases():
 # --------------------------------------------------------------------------- answer-set F1
 
 def test_f1_direct_answer_against_two_readings():
-    # one correct answer out of two gold readings: P = 1, R = 1/2, F1 = 2/3
-    assert answer_set_f1(["James Cameron"], [["James Cameron"], ["Jean Negulesco"]])["f1"] == pytest.approx(2 / 3)
-    assert answer_set_f1(["Steven Spielberg"], [["James Cameron"], ["Jean Negulesco"]])["f1"] == 0.0
+    # one correct answer out of two gold strings: P = 1, R = 1/2, F1 = 2/3
+    assert paper_answer_set_f1(["James Cameron"], ["James Cameron", "Jean Negulesco"])["f1"] == pytest.approx(2 / 3)
+    assert paper_answer_set_f1(["Steven Spielberg"], ["James Cameron", "Jean Negulesco"])["f1"] == 0.0
 
 
-def test_f1_set_semantics_and_one_to_one_matching():
-    gold = [["Nile", "Nile River"], ["Amazon"], ["Yangtze"]]
-    # "nile." duplicates "Nile"; two aliases of one reading are credited once: matched 2 of |R| = 3 distinct
-    r = answer_set_f1(["Nile", "nile.", "Nile River", "Amazon"], gold)
-    assert r["precision"] == pytest.approx(2 / 3) and r["recall"] == pytest.approx(2 / 3)
-    assert r["f1"] == pytest.approx(2 / 3)
-    assert answer_set_f1([None], gold)["f1"] == 0.0
+def test_f1_set_semantics_of_the_paper():
+    gold = ["Nile", "Amazon", "Yangtze"]
+    # 4 predictions, distinct normalised matches {nile, amazon} = 2: P = 2/4, R = 2/3, F1 = 4/7
+    r = paper_answer_set_f1(["Nile", "nile.", "Nile River", "Amazon"], gold)
+    assert (r["precision"], r["recall"]) == (pytest.approx(1 / 2), pytest.approx(2 / 3))
+    assert r["f1"] == pytest.approx(4 / 7)
+    assert paper_answer_set_f1([None], gold)["f1"] == 0.0
+    with pytest.raises(ValueError):
+        paper_answer_set_f1(["a"], [])
 
 
 def test_f1_own_user_rule_for_clarify_systems():
-    gold = [["Leonard Cohen"], ["Jeff Buckley"]]
+    gold = ["Leonard Cohen", "Jeff Buckley"]
     # both answers are in the gold set, but swapped between the users: neither counts
-    swapped = answer_set_f1(["Jeff Buckley", "Leonard Cohen"], gold, owners=[0, 1])
-    assert swapped["f1"] == 0.0
-    assert answer_set_f1(["Jeff Buckley", "Leonard Cohen"], gold)["f1"] == 1.0  # without the rule: perfect
-    # user 1 abstained (None counts as a wrong prediction): P = 1/2, R = 1/2
-    half = answer_set_f1(["Leonard Cohen", None], gold, owners=[0, 1])
-    assert (half["precision"], half["recall"], half["f1"]) == (0.5, 0.5, 0.5)
+    swapped = [paper_user_correct(p, g, "the older one", "Which version?") for p, g in
+               zip(["Jeff Buckley", "Leonard Cohen"], gold)]
+    assert paper_clarify_f1(swapped)["f1"] == 0.0
+    assert paper_answer_set_f1(["Jeff Buckley", "Leonard Cohen"], gold)["f1"] == 1.0  # as a direct set: perfect
+    # user 1 got no final answer (None is wrong): 1 of 2 users
+    half = [paper_user_correct("Leonard Cohen", gold[0], "the 1984 one", "Which?"),
+            paper_user_correct(None, gold[1], "the 1994 one", "Which?")]
+    assert paper_clarify_f1(half) == {"precision": 0.5, "recall": 0.5, "f1": 0.5}
     with pytest.raises(ValueError):
-        answer_set_f1(["a"], gold, owners=[0, 1])
-    with pytest.raises(ValueError):
-        answer_set_f1(["a"], [])
+        paper_clarify_f1([])
 
 
 # --------------------------------------------------------------------------- tie rule, pairs
@@ -415,7 +419,7 @@ def test_structured_subject_replies_become_protocol_text():
 def _qa_one(question="Who directed Titanic?", answers=(("James Cameron",), ("Jean Negulesco",))):
     return pl.DataFrame({"query_id": ["q1"], "question": [question], "is_ambiguous": [len(answers) > 1],
                          "n_interpretations": [len(answers)], "answers": [[list(a) for a in answers]],
-                         "gold_answers": [[a[0] for a in answers]]})
+                         "gold_answers": [[a[0] for a in answers]], "gold_set": [[a[0] for a in answers]]})
 
 
 class Replay:

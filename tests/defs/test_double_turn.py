@@ -290,7 +290,9 @@ def test_answer_set_eval_table(built):
     assert raw[("clarify", "e1")] == f"Clarifying Question: {GOOD_CQ}" and raw[("direct_greedy", "e2")] == "Mary Shelley"
     assert f1[("direct_greedy", "e1")] == pytest.approx(2 / 3)  # one of two answers: P=1, R=1/2
     assert f1[("direct_sampled", "e1")] == 1.0  # top-2 of the samples covers both readings
-    assert f1[("clarify", "e1")] == 1.0 and f1[("clarify", "e3")] == 0.0  # e3's user leaked -> abstain
+    # e3: "I want Ottawa" names the answer but the question does not (no leak by the paper's rule): the user is
+    # answered after all, wrongly ("no idea")
+    assert f1[("clarify", "e1")] == 1.0 and f1[("clarify", "e3")] == 0.0
     t = {r["system"]: r for r in _read(tmp_path, "answer_set_eval").iter_rows(named=True)}
     assert t["direct_greedy"]["f1_total"] == pytest.approx(8 / 9)
     assert t["direct_greedy"]["f1_ambiguous"] == pytest.approx(2 / 3)

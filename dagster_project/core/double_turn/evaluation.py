@@ -1,8 +1,10 @@
 """Answer-set evaluation (Tables 1 and 4): each subject model's turn 2 under the four systems, the simulated
 users' replies to its clarifying questions, the answers after clarification, and answer-set F1.
 
-phi(r): a response is a clarifying question when it starts with "Clarifying Question:" (§2.2). Direct
-systems are scored as a set (any gold may be matched); clarify turns by the own-user rule.
+phi(r): a response is a clarifying question when it starts with "Clarifying Question:" (§2.2). Scores follow the
+paper's released metric code (metrics.paper_*): the gold set is qa_sets.gold_set (raw strings, no aliases), one
+simulated user per gold string; direct systems by set precision / recall, clarify turns by the share of users
+answered correctly for their own answer without a leak.
 """
 
 from __future__ import annotations
@@ -20,10 +22,14 @@ from dagster_project.core.double_turn.answers import (
     answer_of,
     answers_after,
     clarify_text,
-    top_k_answers,
 )
 from dagster_project.core.double_turn.candidates import Clarification
-from dagster_project.core.double_turn.metrics import answer_set_f1
+from dagster_project.core.double_turn.metrics import (
+    paper_answer_set_f1,
+    paper_clarify_f1,
+    paper_top_k,
+    paper_user_correct,
+)
 from dagster_project.core.double_turn.simulation import (
     EVAL_SIMULATE,
     simulate,
@@ -149,16 +155,17 @@ def turn2_episodes(qa: pl.DataFrame, subject: str, outcomes: list[list[Outcome[d
         first = outs[0]
         system, q = first.item["system"], qinfo[first.item["query_id"]]
         ep = {"subject": subject, "system": system, "query_id": q["query_id"], "question": q["question"],
-              "is_ambiguous": q["is_ambiguous"], "n_gold": q["n_interpretations"], "gold": q["answers"],
+              "is_ambiguous": q["is_ambiguous"], "n_gold": len(q["gold_set"]), "gold": q["gold_set"],
               "raw_outputs": [o.raw_output for o in outs], "raw_output": first.raw_output, "model": first.model,
               "prompt_version": first.prompt_version}
         if first.status is Status.LLM_ERROR:
             ep.update(action=None, clarifying_question=None, answers=[], status=Status.LLM_ERROR.value,
                       error=first.error)
         elif system == "direct_sampled":
-            top = top_k_answers([extract_short_answer(_reply_text(o, output)) for o in outs], q["n_interpretations"])
+            top = paper_top_k([extract_short_answer(_reply_text(o, output)) for o in outs], len(q["gold_set"]))
+            usable = [t for t in top if t]
             ep.update(action="answer", clarifying_question=None, answers=top,
-                      status=_status(top), error=None if top else "no usable sample")
+                      status=_status(usable), error=None if usable else "no usable sample")
         else:
             t2 = parse_turn2(_reply_text(first, output))
             ep.update(action=t2["action"], clarifying_question=t2["clarifying_question"],
@@ -169,14 +176,15 @@ def turn2_episodes(qa: pl.DataFrame, subject: str, outcomes: list[list[Outcome[d
 
 
 def episode_user_items(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """(episode, user i) items for every clarify turn with a usable question."""
+    """(episode, user i) items for every clarify turn with a usable question: one user per gold string (the
+    paper's users, no aliases)."""
     items = []
     for e, ep in enumerate(episodes):
         if ep["action"] == "clarify" and ep["clarifying_question"]:
-            for i, aliases in enumerate(ep["gold"]):
+            for i, gold in enumerate(ep["gold"]):
                 items.append({"episode": e, "user_index": i, "subject": ep["subject"], "question": ep["question"],
-                              "clarifying_question": ep["clarifying_question"], "expected_answer": aliases[0],
-                              "aliases": aliases})
+                              "clarifying_question": ep["clarifying_question"], "expected_answer": gold,
+                              "aliases": [gold]})
     return items
 
 
@@ -192,7 +200,7 @@ Finals = dict[tuple[int, int], Outcome[dict[str, Any], Answer]]
 
 def _clarify_turn(row: dict[str, Any], ep: dict[str, Any], users: list[dict[str, Any]], finals: Finals,
                   e: int) -> dict[str, float | None]:
-    """Fill a clarify episode's per-user columns; its score under the own-user rule."""
+    """Fill a clarify episode's per-user columns; its score as the paper's ``eval_clarify`` counts it."""
     preds, owners, replies, reasons, raws = [], [], [], [], []
     failed = False
     for u in users:
@@ -204,12 +212,13 @@ def _clarify_turn(row: dict[str, Any], ep: dict[str, Any], users: list[dict[str,
         preds.append(answer_of(fin) if fin is not None else None)
         raws.append(fin.raw_output if fin is not None else None)
     if not users:  # unusable clarifying question: every user is unserved
-        preds, owners = [None] * ep["n_gold"], list(range(ep["n_gold"]))
-    row.update(predictions=preds, owners=owners, user_replies=replies or None,
+        preds, owners, replies = [None] * ep["n_gold"], list(range(ep["n_gold"])), [None] * ep["n_gold"]
+    row.update(predictions=preds, owners=owners, user_replies=None if not users else replies,
                abstain_reasons=reasons or None, final_raw_outputs=raws or None)
     if failed and row["status"] == Status.OK.value:
         row.update(status=Status.LLM_ERROR.value, error="a user simulation or final answer failed")
-    return answer_set_f1(preds, ep["gold"], owners)
+    return paper_clarify_f1([paper_user_correct(p, ep["gold"][o], r, ep["clarifying_question"])
+                             for p, o, r in zip(preds, owners, replies, strict=True)])
 
 
 def score_episodes(episodes: list[dict[str, Any]], users: list[dict[str, Any]], finals: Finals) -> pl.DataFrame:
@@ -220,6 +229,7 @@ def score_episodes(episodes: list[dict[str, Any]], users: list[dict[str, Any]], 
     may be matched. Clarify turns: R = {y_hat_i}, each counted only when correct for its own user i.
     ``raw_output`` is the turn-2 reply (sample 0 for Direct-Ans sampled; every sample is in ``raw_outputs``,
     the user simulator's and final answerer's replies in ``user_replies`` / ``final_raw_outputs``).
+    Direct-Ans (sampled)'s R holds the k most frequent normalised samples, as the paper scores them.
     """
     per_episode: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for u in users:
@@ -235,7 +245,7 @@ def score_episodes(episodes: list[dict[str, Any]], users: list[dict[str, Any]], 
             score = _clarify_turn(row, ep, per_episode.get(e, []), finals, e)
         else:
             row["predictions"] = ep["answers"] or [None]
-            score = answer_set_f1(row["predictions"], ep["gold"])
+            score = paper_answer_set_f1(row["predictions"], ep["gold"])
         if row["status"] == Status.LLM_ERROR.value:
             score = {"precision": None, "recall": None, "f1": None}
         rows.append(row | score)
@@ -256,6 +266,13 @@ def final_role(final_answerer: str, subject: str) -> str:
     return "answerer" if final_answerer == "answerer" else f"subject:{subject}"
 
 
+def answers_in_eval(user: dict[str, Any]) -> bool:
+    """Whether a simulated user gets a final answer in the evaluation: every user who replied, a leaking or
+    "none" reply included (the paper scores leaks by its own rule, metrics.paper_leak); not a user the simulator
+    abstained for, nor a failed or unparsable simulation."""
+    return bool(user["reply"]) and user["abstain_reason"] in (None, "leak", "no_reply")
+
+
 def eval_interactions(chat: Chat, qa: pl.DataFrame, queries: pl.DataFrame, subjects: list[str],
                       cfg: DoubleTurnConfig) -> pl.DataFrame:
     """Every subject x system x eval query: turn 2, simulated users' replies, answers after clarifying, F1."""
@@ -264,7 +281,7 @@ def eval_interactions(chat: Chat, qa: pl.DataFrame, queries: pl.DataFrame, subje
         answers = ask_all(chat, f"subject:{s}", turn2_asks(queries, cfg))
         episodes += turn2_episodes(qa, s, [a.outcomes for a in answers], cfg.subject_output)
     users = [o.item | simulation_fields(o) for o in simulate(chat, episode_user_items(episodes), EVAL_SIMULATE)]
-    answering = [u for u in users if not u["abstained"]]
+    answering = [u for u in users if answers_in_eval(u)]
     finals: Finals = {}
     for role in sorted({final_role(cfg.final_answerer, u["subject"]) for u in answering}):
         mine = [u for u in answering if final_role(cfg.final_answerer, u["subject"]) == role]

@@ -1,4 +1,9 @@
-"""Double-turn preference metrics: answer normalisation, exact match, answer-set F1, decision baselines."""
+"""Double-turn preference metrics: answer normalisation, exact match, answer-set F1, decision baselines.
+
+The scores of Tables 1 and 4 follow the paper's released metric code (github.com/mikejqzhang/clarifying_questions,
+src/metrics.py and src/utils.py): ``paper_*`` functions. ``normalize_answer`` / ``exact_match`` keep word
+boundaries and aliases for building and labelling training data.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,6 @@ import string
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
@@ -16,58 +20,84 @@ _PUNCT = set(string.punctuation)
 
 
 def normalize_answer(text: str | None) -> str:
-    """SQuAD-style normalisation: lower case, drop punctuation and articles, collapse whitespace."""
+    """SQuAD-style normalisation that keeps word boundaries: lower case, drop punctuation and articles, collapse
+    whitespace. For matching words (leaks, merging readings, de-duplicating answers); scores use paper_normalize."""
     text = "".join(ch for ch in (text or "").lower() if ch not in _PUNCT)
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
 def exact_match(prediction: str | None, aliases: Sequence[str]) -> bool:
-    """True when the normalised prediction equals any normalised alias (empty strings never match)."""
+    """True when the normalised prediction equals any normalised alias (empty strings never match); alias-aware
+    labels of the training data, not the paper's evaluation (paper_em)."""
     pred = normalize_answer(prediction)
     return bool(pred) and any(pred == normalize_answer(a) for a in aliases)
 
 
-def answer_set_f1(predictions: Sequence[str | None], gold: Sequence[Sequence[str]],
-                  owners: Sequence[int] | None = None) -> dict[str, float]:
-    """Precision, recall and F1 of a predicted answer set R against the gold set {y_1..y_k} (one alias list each).
+def paper_normalize(text: str | None) -> str | None:
+    """The double-turn paper's answer normalisation (src/utils.py ``normalize``): lower case, drop punctuation,
+    replace articles by spaces, then remove ALL whitespace ("Jay Z" == "Jay-Z"). None stays None."""
+    if text is None:
+        return None
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCT)
+    return "".join(_ARTICLES.sub(" ", text).split())
 
-    Without ``owners`` (a system that answers directly): R is a set, so predictions equal after
-    normalisation count once; each prediction may be credited to at most one gold interpretation and
-    vice versa (maximum bipartite matching); P = matched / |R|, R = matched / k.
-    With ``owners`` (a system that asked a clarifying question): prediction j was made for user
-    ``owners[j]`` and counts only when it is correct for that user's own answer (the paper's stricter
-    rule); P = correct predictions / |R|, R = users served / k. ``None`` (an abstained user, a failed
-    reply) is a wrong prediction.
-    """
+
+def paper_em(predictions: str | Sequence[str | None] | None, gold: str | Sequence[str | None] | None) -> bool:
+    """The paper's ``em``: some non-empty prediction string and some non-empty gold string normalise equal (an
+    answer that is only an article normalises to "" and matches a gold that does too)."""
+    if predictions is None or gold is None:
+        return False
+    preds = [predictions] if isinstance(predictions, str) else predictions
+    golds = [gold] if isinstance(gold, str) else gold
+    return bool({paper_normalize(p) for p in preds if p} & {paper_normalize(g) for g in golds if g})
+
+
+def paper_top_k(samples: Sequence[str | None], k: int) -> list[str]:
+    """Direct-Ans (sampled) as the paper builds it: the k most frequent paper-normalised samples (ties: first
+    seen first), as normalised strings; an unusable sample (None) counts as the empty answer."""
+    counts: dict[str, int] = {}
+    for s in samples:
+        key = paper_normalize(s or "") or ""
+        counts[key] = counts.get(key, 0) + 1
+    return sorted(counts, key=lambda key: -counts[key])[:k]  # sorted is stable: first seen first among ties
+
+
+def paper_answer_set_f1(predictions: Sequence[str | None], gold: Sequence[str]) -> dict[str, float]:
+    """Answer-set F1 of a direct answer set as the paper scores it (``precision_recall``): the gold set is the
+    set of raw gold strings, no aliases; m = distinct normalised predictions found among the normalised gold;
+    P = m / len(predictions), R = m / |set(gold)|. None (an unusable reply) is a prediction that never matches."""
     if not gold:
         raise ValueError("the gold answer set is empty")
-    k = len(gold)
-    if owners is not None:
-        if len(owners) != len(predictions):
-            raise ValueError("owners and predictions differ in length")
-        correct = [o for p, o in zip(predictions, owners) if p is not None and exact_match(p, gold[o])]
-        n_pred, n_correct, served = len(predictions), len(correct), len(set(correct))
-    else:
-        distinct: list[str | None] = []
-        seen: set[str] = set()
-        for p in predictions:
-            key = normalize_answer(p) if p is not None else None
-            if key is None or not key:
-                distinct.append(None)
-            elif key not in seen:
-                seen.add(key)
-                distinct.append(p)
-        n_pred = len(distinct)
-        match = np.array([[p is not None and exact_match(p, g) for g in gold] for p in distinct], dtype=float)
-        if match.size:
-            rows, cols = linear_sum_assignment(match, maximize=True)
-            n_correct = served = int(match[rows, cols].sum())
-        else:
-            n_correct = served = 0
-    precision = n_correct / n_pred if n_pred else 0.0
-    recall = served / k
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    if not predictions:
+        raise ValueError("the prediction list is empty")
+    gold_keys = {paper_normalize(g) for g in gold}
+    m = len({paper_normalize(p) for p in predictions if p is not None} & gold_keys)
+    precision, recall = m / len(predictions), m / len(set(gold))
+    f1 = 2 * precision * recall / (precision + recall) if precision and recall else 0.0
     return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def paper_leak(gold: str, reply: str | None, clarifying_question: str | None) -> bool:
+    """The paper's leak: the normalised gold answer is a substring of both the normalised user reply and the
+    normalised clarifying question (``eval_clarify``); an answer that is only in the reply is no leak."""
+    key = paper_normalize(gold) or ""
+    return key in (paper_normalize(reply) or "") and key in (paper_normalize(clarifying_question) or "")
+
+
+def paper_user_correct(prediction: str | None, gold: str, reply: str | None,
+                       clarifying_question: str | None) -> bool:
+    """One simulated user after a clarifying question, as ``eval_clarify`` counts it: the final answer matches the
+    user's gold string, the user replied (non-empty), and the gold was not leaked (paper_leak)."""
+    return paper_em(prediction, gold) and bool(reply) and not paper_leak(gold, reply, clarifying_question)
+
+
+def paper_clarify_f1(correct: Sequence[bool]) -> dict[str, float]:
+    """The paper's clarify-mode "f1": users served correctly / users (one prediction per user, so precision,
+    recall and F1 are all this share)."""
+    if not correct:
+        raise ValueError("a clarify turn needs at least one user")
+    share = sum(correct) / len(correct)
+    return {"precision": share, "recall": share, "f1": share}
 
 
 def direct_answer_accuracy(answered_directly: Sequence[bool], should_answer: Sequence[bool]) -> float:

@@ -27,7 +27,7 @@ FORMATS = ("ambigqa", "nq_open", "generic", "clarify_jsonl")
 
 QA_SCHEMA = {
     "query_id": pl.Utf8, "question": pl.Utf8, "answers": pl.List(pl.List(pl.Utf8)),
-    "gold_answers": pl.List(pl.Utf8), "disambiguated_questions": pl.List(pl.Utf8),
+    "gold_answers": pl.List(pl.Utf8), "gold_set": pl.List(pl.Utf8), "disambiguated_questions": pl.List(pl.Utf8),
     "n_interpretations": pl.Int64, "is_ambiguous": pl.Boolean, "split": pl.Utf8,
     "source_file": pl.Utf8, "format": pl.Utf8, "record": pl.Int64,
     "file_records": pl.Int64, "file_rejected": pl.Int64,
@@ -109,6 +109,19 @@ def merge_interpretations(items: list[Item]) -> list[dict[str, Any]]:
     return [{"answers": g["answers"], "question": g["question"]} for g in groups.values() if g["answers"]]
 
 
+RAW_SET_FORMATS = ("clarify_jsonl", "nq_open")  # one answer string per item, as the paper's answer sets
+
+
+def gold_set(items: list[Item], interp: list[dict[str, Any]], fmt: str) -> list[str]:
+    """The gold answer set the evaluation scores, one string per answer and no aliases. The paper's own files and
+    NQ-Open give raw strings: their distinct raw strings, unmerged, as ``set(ex["answers"])`` ("Moscow" and
+    "moscow" are two answers). AmbigQA and generic files give alias lists from several annotations: the first
+    alias of each merged reading (their readings stand for the paper's one string per interpretation)."""
+    if fmt in RAW_SET_FORMATS:
+        return list(dict.fromkeys(aliases[0] for aliases, _ in items if aliases))
+    return [i["answers"][0] for i in interp]
+
+
 def qa_tables(files: list[QAFile]) -> tuple[pl.DataFrame, Quarantine]:
     """(qa_sets, its quarantine) from several files; a repeated query id is quarantined too.
 
@@ -131,6 +144,7 @@ def qa_tables(files: list[QAFile]) -> tuple[pl.DataFrame, Quarantine]:
             rows.append({
                 "query_id": r.id, "question": r.question.strip(),
                 "answers": [i["answers"] for i in interp], "gold_answers": [i["answers"][0] for i in interp],
+                "gold_set": gold_set(r.items, interp, f.format),
                 "disambiguated_questions": [i["question"] for i in interp],
                 "n_interpretations": len(interp), "is_ambiguous": len(interp) > 1, "split": f.split,
                 "source_file": r.file, "format": f.format, "record": r.record,

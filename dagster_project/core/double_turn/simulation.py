@@ -1,7 +1,8 @@
 """User simulation psi(x, q, y_i) -> a_i: the user who expects y_i replies to a clarifying question.
 
-A reply that contains y_i (any alias, as whole words) leaks it and counts as an abstain, as in the paper;
-so does a "none"-like reply. The reply is kept for inspection.
+A reply that contains y_i (any alias, as whole words) leaks it and counts as an abstain for the training labels;
+so does a "none"-like reply. The reply is kept for inspection. The evaluation answers such users anyway and scores
+leaks by the paper's released rule (metrics.paper_leak).
 """
 
 from __future__ import annotations
