@@ -110,7 +110,7 @@ class LLMConfig(Strict):
 class EmbedderConfig(Strict):
     model: str = "all-MiniLM-L6-v2"
     batch_size: int = Field(64, gt=0)
-    # Embeddings and BERTScore-F1 by content hash (lib/vector_cache.py), so a rerun skips MiniLM; null: off.
+    # Embeddings and BERTScore-F1 by content hash (llm/vector_cache.py), so a rerun skips MiniLM; null: off.
     # Relative paths lie below CLARIFY_HOME, as llm.cache_path.
     cache_path: str | None = ".cache/embeddings.sqlite"
 
