@@ -106,6 +106,9 @@ class EvaluationConfig(Strict):
     trained_pairs: list[list[str]] = Field(default_factory=list, description="more [subject, reference] comparisons")
     trained_method: MethodName = Field("base", description="the method trained subjects are compared with")
     datasets: list[str] = Field(default_factory=lambda: [BENCHMARK_DATASET])
+    trained_datasets: list[str] | None = Field(
+        None, description="the datasets (of `datasets`) that subjects served from training/<name> and their "
+                          "references (trained_baseline, trained_pairs) are evaluated on; null: every dataset")
     external: dict[str, ExternalDatasetConfig] = Field(default_factory=dict)
     max_dialogues: int | None = Field(None, gt=0, description="per dataset; null = every dialogue (paper)")
     sample_seed: int = 0
@@ -148,6 +151,11 @@ class EvaluationConfig(Strict):
         if bad:
             raise ValueError(f"evaluation.datasets: unknown {bad}; known: {sorted(known)} "
                              "(add external ones under evaluation.external)")
+        if self.trained_datasets is not None:
+            extra = sorted(set(self.trained_datasets) - set(self.datasets))
+            if extra or not self.trained_datasets:
+                raise ValueError(f"evaluation.trained_datasets: {extra or 'an empty list'} not in evaluation.datasets "
+                                 f"{self.datasets} (null: every dataset)")
         for reserved in {BENCHMARK_DATASET, CLARILM_DATASET} & set(self.external):
             raise ValueError(f"evaluation.external: {reserved!r} is reserved for the project's own held-out set")
         for subject, chosen in self.subject_methods.items():

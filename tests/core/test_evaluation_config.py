@@ -38,3 +38,19 @@ def test_external_dataset_accepted():
                                      "judge_pairs": [["cot", "base"]],
                                      "external": {"c": {"format": "clamber", "path": "f.jsonl", "limit": 5}}}}).evaluation
     assert e.external["c"].format == "clamber" and e.external["c"].clariq_clarify_from == 2
+
+
+def test_trained_subjects_see_one_dataset_in_the_demo_and_every_dataset_in_the_presets():
+    assert load_params().evaluation.trained_datasets == ["clarifymt"]
+    for preset in ("params.paper.yaml", "params.gpu.yaml"):
+        assert load_params(preset).evaluation.trained_datasets is None, preset
+    assert parse_params({}).evaluation.trained_datasets is None  # default: every dataset
+
+
+@pytest.mark.parametrize("trained, message", [
+    (["clariq"], "evaluation.trained_datasets: ['clariq'] not in evaluation.datasets"),
+    ([], "evaluation.trained_datasets: an empty list"),
+])
+def test_trained_datasets_must_be_evaluated_datasets(trained, message):
+    with pytest.raises(ParamsError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse_params({"evaluation": {"datasets": ["clarifymt"], "trained_datasets": trained}})

@@ -190,3 +190,22 @@ def test_an_unfair_reference_fails_the_comparison_naming_both(tmp_path, monkeypa
     context = dg.build_asset_context(resources={"params": params})
     with pytest.raises(dg.Failure, match="unfair comparison 'sft' vs reference 'smollm2': it is served by llamacpp"):
         evaluation.trained_comparison(context, predictions=pl.DataFrame(), judge_scores=pl.DataFrame())
+
+
+def test_trained_subjects_and_their_references_are_evaluated_on_trained_datasets_only():
+    from dagster_project.defs.evaluation.assets import subject_datasets
+
+    data = {"llm": {"subjects": {"smollm2": {"backend": "llamacpp"}, "base_hf": {"backend": "transformers"},
+                                 "other": {"backend": "transformers"}, "sft": TRAINED}},
+            "evaluation": {"datasets": ["clarifymt", "clariq"], "trained_baseline": "base_hf",
+                           "external": {"clariq": {"format": "clariq", "path": "data/external/clariq_sample.tsv"}}}}
+    everywhere = parse_params(data)
+    assert {s: subject_datasets(everywhere, s) for s in everywhere.llm.subjects} == dict.fromkeys(
+        ["smollm2", "base_hf", "other", "sft"], ["clarifymt", "clariq"])
+    data["evaluation"]["trained_datasets"] = ["clariq"]
+    one = parse_params(data)
+    assert {s: subject_datasets(one, s) for s in one.llm.subjects} == {
+        "smollm2": ["clarifymt", "clariq"], "other": ["clarifymt", "clariq"], "base_hf": ["clariq"], "sft": ["clariq"]}
+    repo = load_params()
+    assert {s for s in repo.llm.subjects if subject_datasets(repo, s) == ["clarifymt"]} == set(repo.llm.subjects) - {
+        "smollm2"}

@@ -90,6 +90,15 @@ def planned_partitions(params: Params) -> list[str]:
             if k.keys_by_dimension["method"] in params.evaluation.methods_for(k.keys_by_dimension["subject"])]
 
 
+def subject_datasets(params: Params, subject: str) -> list[str]:
+    """The datasets `subject` is evaluated on: evaluation.trained_datasets for a subject served from
+    training/<name> or named in a trained comparison (both sides see the same turns), else every dataset."""
+    ev = params.evaluation
+    trained = {n for n, c in params.llm.subjects.items() if c.model.startswith("training/")}
+    compared = {s for pair in params.trained_pairs() for s in pair}
+    return list(ev.trained_datasets) if ev.trained_datasets and subject in trained | compared else list(ev.datasets)
+
+
 def training_deps(params: Params) -> list[dg.AssetKey]:
     """training/<name> for every subject served from a trained model: the lineage edge training -> predictions."""
     names = {training_name(cfg.model) for cfg in params.llm.subjects.values()}
@@ -151,7 +160,8 @@ def build(params: Params) -> dg.Definitions:
             raise dg.Failure(description=f"subject {subject!r} is not in params.yaml llm.subjects "
                                          f"{sorted(params.llm.subjects)}: reload the code location")
         turns = _turns(params, dialogues)
-        chosen = sampled_dialogues(params.evaluation, turns)
+        datasets = subject_datasets(params, subject)
+        chosen = sampled_dialogues(params.evaluation, turns).filter(pl.col("dataset").is_in(datasets))
         selected = turns.join(chosen, on=["dataset", "dialogue_id"], how="semi")
         planned = method_name in params.evaluation.methods_for(subject)
         if not planned:  # an empty partition, so a UI backfill of the whole grid does not fail on it
@@ -166,7 +176,7 @@ def build(params: Params) -> dg.Definitions:
         out = predict_turns(method, subject, selected, chat, embedder.encode, blocked=blocked)
         context.add_output_metadata({
             **({"model_missing": blocked} if blocked else {}),
-            **chat.usage(), **prediction_stats(out), "dialogues": chosen.height,
+            **chat.usage(), **prediction_stats(out), "dialogues": chosen.height, "datasets": ", ".join(datasets),
             "dialogues_available": turns["dialogue_id"].n_unique(),
             "llm_calls_per_turn_max": method.calls_per_turn, "seconds": round(time.monotonic() - started, 1),
             "planned": planned,
