@@ -14,6 +14,8 @@ from dagster_project.runs.instance import (
     DAGSTER_YAML,
     DIRTY_TAG,
     GROUP_TAG,
+    INVOCATION_STARTED_TAG,
+    INVOCATION_TAG,
     PARAMS_TAG,
     STAGE_TAG,
     ensure_dagster_yaml,
@@ -98,6 +100,7 @@ def test_materialize_command_passes_provenance_and_log_level(tmp_path, monkeypat
     CliRunner().invoke(cli.app, ["materialize", "no_such_group"])
     assert seen["group"] == "no_such_group" and seen["log_level"] == "info"
     assert seen["tags"][GROUP_TAG] == "no_such_group" and len(seen["tags"][PARAMS_TAG]) == 12
+    assert len(seen["tags"][INVOCATION_TAG]) == 32 and float(seen["tags"][INVOCATION_STARTED_TAG]) > 0  # timings
     assert (tmp_path / "home" / "dagster.yaml").read_text() == DAGSTER_YAML
     bad = CliRunner().invoke(cli.app, ["materialize", "no_such_group", "--log-level", "loud"])
     assert bad.exit_code == 2 and "--log-level" in bad.output
