@@ -19,7 +19,7 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Run state shared by every workspace of this checkout, `dvc exp run --temp` / `--queue` copies included:
 # the LLM cache (llm.cache_path, when relative) and the Dagster run history live below CLARIFY_HOME
-# (README "DVC experiments"; default: the DVC root, i.e. this folder); an explicit DAGSTER_HOME still wins.
+# (docs/dvc-experiments.md; default: the DVC root, i.e. this folder); an explicit DAGSTER_HOME still wins.
 # CLARIFY_HOME itself is not exported: tests run by `make test` keep their own relative paths.
 export DAGSTER_HOME ?= $(or $(CLARIFY_HOME),$(CURDIR))/.dagster
 export DVC_NO_ANALYTICS := 1
@@ -79,7 +79,7 @@ demo: install
 test: install
 	exec $(PY) -m pytest -q $(PYTEST_ARGS)
 
-# the fault suite alone (README "Reliability"); `make test` runs it too
+# the fault suite alone (docs/reliability.md); `make test` runs it too
 test-faults: install
 	exec $(PY) -m pytest -q tests/faults $(PYTEST_ARGS)
 

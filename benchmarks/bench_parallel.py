@@ -8,7 +8,7 @@ processes must add no row. Same machinery for 1 and 4: partition runs in worker 
 
 concurrency (requests in flight per role and process) is 1 by default: each run then waits on the server, as a
 run of the agent's sequential module calls does, and 4 processes put 4 requests in flight instead of 1. With a
-higher concurrency a run already overlaps its own requests and the processes add less (README "Scaling out").
+higher concurrency a run already overlaps its own requests and the processes add less (docs/scaling.md).
 """
 
 from __future__ import annotations

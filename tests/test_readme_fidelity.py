@@ -1,5 +1,6 @@
-"""The README's "Fidelity" section, claim by claim: one test per quantitative or behavioural sentence a test can
-check, named after the claim (issue 27.8). A failing test here means a README sentence became false."""
+"""The Fidelity page (docs/fidelity.md, once the README's section), claim by claim: one test per quantitative or
+behavioural sentence a test can check, named after the claim (issue 27.8). A failing test here means a sentence of
+that page became false."""
 
 import math
 from pathlib import Path
@@ -23,14 +24,14 @@ from tests.core.test_agent_methods import A1, Chat, agent_reply, turn
 from tests.core.test_eval_format import _any_reply
 
 REPO = Path(__file__).resolve().parents[1]
-README = (REPO / "README.md").read_text()
-FIDELITY = README[README.index("## Fidelity: each paper, step by step"):]
+FIDELITY = (REPO / "docs" / "fidelity.md").read_text()
+assert FIDELITY.startswith("# Fidelity: each paper, step by step")
 DEMO = load_params(REPO / "params.yaml")
 PAPER = load_params(REPO / "params.paper.yaml")
 
 
 def claim(text: str) -> None:
-    """The sentence a test checks is still in the Fidelity section (a reworded claim needs its test reviewed)."""
+    """The sentence a test checks is still on the Fidelity page (a reworded claim needs its test reviewed)."""
     assert text in FIDELITY, text
 
 

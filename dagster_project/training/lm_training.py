@@ -1,4 +1,4 @@
-"""LoRA SFT / DPO of a causal LM with TRL into the model-folder contract (README "Group `training`"):
+"""LoRA SFT / DPO of a causal LM with TRL into the model-folder contract (docs/training.md):
 
 assets/training/<name>/adapter/            peft adapter + tokenizer (PeftModel.save_pretrained)
                        init_adapter/       only when training continued another model: the adapter merged into

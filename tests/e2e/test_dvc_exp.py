@@ -15,7 +15,7 @@ from dagster_project.reporting.headline import SOURCE_GROUPS
 from tests.cli.test_cli_metrics import write_tables
 from tests.project_support import BIN, make_project
 
-HEADLINE_COLUMNS = r"Experiment|rev|(evaluation|retrieval|intents|double_turn|clarilm)\."  # as in the README
+HEADLINE_COLUMNS = r"Experiment|rev|(evaluation|retrieval|intents|double_turn|clarilm)\."  # as in docs/dvc-experiments.md
 
 pytestmark = pytest.mark.e2e
 
@@ -57,7 +57,7 @@ def test_metrics_diff_and_exp_show_list_headline_numbers(tmp_path):
                                                            "clarilm")}
     assert metrics["metrics/evaluation.json"]["data"]["evaluation"]["clarifymt"]["smollm2"]["base"]["accuracy"] == 0.75
     assert metrics["metrics/retrieval.json"]["data"]["retrieval"]["bm25"]["multi_turn"]["text_only"]["mrr"] == 0.5
-    # the README's metrics-only view (DVC 3 has no --only-metrics): headline columns and nothing else
+    # the metrics-only view of docs/dvc-experiments.md (DVC 3 has no --only-metrics): headline columns and nothing else
     table = dvc(project, "exp", "show", "--csv", "--drop", ".*", "--keep", HEADLINE_COLUMNS).splitlines()
     header = table[0].split(",")
     assert header[0] == "Experiment" and "evaluation.clarifymt.smollm2.base.accuracy" in header

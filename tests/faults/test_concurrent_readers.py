@@ -15,7 +15,7 @@ from dagster_project.lib.bounded_sql import run_query
 from dagster_project.lib.warehouse import partition_dir, partition_path, register_views, store_partition
 
 # the issue asks for 30 s; `make test` reads for at least 5 s and until the writers have rewritten every partition
-# four times (on a busy machine a reader holding the warehouse's lock slows them down); 30 s figures: README
+# four times (on a busy machine a reader holding the warehouse's lock slows them down); 30 s figures: docs/reliability.md
 DURATION_S = 5.0
 MAX_S = 120.0
 DAYS = ("2024-05-01", "2024-05-02", "2024-05-03")

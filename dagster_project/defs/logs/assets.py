@@ -3,7 +3,7 @@
 
 Every asset of the group is partitioned by log day (the turn's `log_date`: the record's timestamp, else
 logs.default_log_date or the file's mtime), on dynamic partitions that hold only the days that have records:
-`clarify materialize logs` and the `logs_new_files` sensor register them (README "Log partitions"). Each asset
+`clarify materialize logs` and the `logs_new_files` sensor register them (docs/clarilm.md, log partitions). Each asset
 has a single-run backfill policy: a run over a range of days reads every file once and routes each record to
 its day, streaming each read batch into one Parquet file per day (memory bounded by the batch, not the log).
 """
