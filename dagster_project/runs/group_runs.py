@@ -1,5 +1,6 @@
 """Run one asset group the way `clarify materialize` does: its stages in dependency order, one run per partition key
-(or per key range under a single-run backfill policy), in this process or in parallel (runs/parallel.py)."""
+(or per key range, or rectangle of subject x method keys, under a single-run backfill policy), in this process or in
+parallel (runs/parallel.py)."""
 
 from __future__ import annotations
 
@@ -29,9 +30,43 @@ def group_stages(defs, group: str) -> list[tuple[object, list]]:
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
-def _stage_runs(graph, pdef, keys: list, partitions: list[str] | None, instance) -> list[tuple[str | None, dict]]:
+def rectangles(pdef, wanted: list[str]) -> list[tuple[str, str]]:
+    """The wanted keys of a two-dimensional MultiPartitionsDefinition as (first, last) key ranges, each exactly a
+    rectangle of them (Dagster reads a multi-partition range as the product of its dimensions' ranges): per value
+    of one dimension, the runs of consecutive wanted values of the other, equal neighbours merged; of the two
+    orientations, the one with fewer ranges."""
+    import dagster as dg
+
+    from dagster_project.defs.logs.partitions import key_ranges
+
+    dims = list(pdef.partitions_defs)
+    want = [pdef.get_partition_key_from_str(str(k)).keys_by_dimension for k in wanted]
+    best: list[tuple[str, str]] | None = None
+    for outer, inner in ((dims[0], dims[1]), (dims[1], dims[0])):
+        inner_keys = inner.partitions_def.get_partition_keys()
+        per = [(o, key_ranges(inner_keys, [w[inner.name] for w in want if w[outer.name] == o]))
+               for o in outer.partitions_def.get_partition_keys()]
+        found: list[tuple[str, str]] = []
+        i = 0
+        while i < len(per):
+            j = i  # per[i..j]: neighbours with the same inner ranges, one rectangle per range
+            while j + 1 < len(per) and per[j + 1][1] == per[i][1]:
+                j += 1
+            found += [(str(dg.MultiPartitionKey({outer.name: per[i][0], inner.name: lo})),
+                       str(dg.MultiPartitionKey({outer.name: per[j][0], inner.name: hi}))) for lo, hi in per[i][1]]
+            i = j + 1
+        if best is None or len(found) < len(best):
+            best = found
+    return best or []
+
+
+def _stage_runs(graph, pdef, keys: list, partitions: list[str] | None, instance,
+                parallel: bool = False) -> list[tuple[str | None, dict]]:
     """(partition key, run tags) per run of one stage: one run per key, or, when every asset of the stage has a
-    single-run backfill policy, one run per consecutive range of keys (each run reads its inputs once)."""
+    single-run backfill policy, one run per consecutive range of keys (each run reads its inputs once); for
+    subject x method keys, per rectangle of them, unless the runs go to processes of their own (``parallel``)."""
+    import dagster as dg
+
     from dagster_project.defs.logs.partitions import key_ranges, range_tags
 
     if pdef is None:
@@ -45,8 +80,10 @@ def _stage_runs(graph, pdef, keys: list, partitions: list[str] | None, instance)
             raise ValueError(f"unknown partition(s) {unknown} for {names}; known: {order}")
         wanted = [k for k in order if k in partitions]
     policies = [graph.get(k).backfill_policy for k in keys]
-    if all(p is not None and p.max_partitions_per_run is None for p in policies):  # BackfillPolicy.single_run()
-        return [(None, range_tags(first, last)) for first, last in key_ranges(order, wanted)]
+    multi = isinstance(pdef, dg.MultiPartitionsDefinition)
+    if all(p is not None and p.max_partitions_per_run is None for p in policies) and not (multi and parallel):
+        ranges = rectangles(pdef, wanted) if multi else key_ranges(order, wanted)  # BackfillPolicy.single_run()
+        return [(None, range_tags(first, last)) for first, last in ranges]
     return [(pk, {}) for pk in wanted]
 
 
@@ -69,7 +106,8 @@ def materialize_group(defs, group: str, instance, partitions: list[str] | None =
         say(f"no assets in group {group!r}")
         return []
     # (asset keys, runs) per stage, validated before anything runs
-    plan = [(keys, _stage_runs(graph, pdef, keys, partitions, instance)) for pdef, keys in stages]
+    plan = [(keys, _stage_runs(graph, pdef, keys, partitions, instance, execution is not None))
+            for pdef, keys in stages]
     for leftover in remove_leftover_temp_files(group):
         say(f"removed {leftover}: a temp file left by a killed writer")
     run_config = {"loggers": {"console": {"config": {"log_level": log_level.upper()}}}}

@@ -125,3 +125,24 @@ def test_new_or_empty_dagster_yaml_turns_telemetry_off_and_a_users_file_is_kept(
     (tmp_path / "user").mkdir()
     (tmp_path / "user" / "dagster.yaml").write_text("run_coordinator: {}\n")
     assert ensure(tmp_path / "user").read_text() == "run_coordinator: {}\n"
+
+
+def test_rectangles_cover_exactly_the_wanted_multi_partition_keys_in_few_ranges():
+    from dagster_project.runs.group_runs import rectangles
+
+    pdef = dg.MultiPartitionsDefinition({"method": dg.StaticPartitionsDefinition(["a", "b", "c", "d"]),
+                                         "subject": dg.StaticPartitionsDefinition(["s", "t", "u"])})
+
+    def covered(ranges):
+        keys = [str(k) for first, last in ranges
+                for k in pdef.get_partition_keys_in_range(dg.PartitionKeyRange(first, last))]
+        assert len(keys) == len(set(keys))  # no key in two runs
+        return set(keys)
+
+    every = [str(k) for k in pdef.get_partition_keys()]
+    assert len(rectangles(pdef, every)) == 1 and covered(rectangles(pdef, every)) == set(every)
+    # the demo's shape: one subject with every method, the others with the first method only
+    shape = ["a|s", "b|s", "c|s", "d|s", "a|t", "a|u"]
+    assert len(rectangles(pdef, shape)) == 2 and covered(rectangles(pdef, shape)) == set(shape)
+    holes = ["a|s", "c|s", "b|t", "d|u"]  # nothing to merge: one range per key, never a key not asked for
+    assert covered(rectangles(pdef, holes)) == set(holes) and len(rectangles(pdef, holes)) == 4

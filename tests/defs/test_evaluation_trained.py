@@ -209,3 +209,43 @@ def test_trained_subjects_and_their_references_are_evaluated_on_trained_datasets
     repo = load_params()
     assert {s for s in repo.llm.subjects if subject_datasets(repo, s) == ["clarifymt"]} == set(repo.llm.subjects) - {
         "smollm2"}
+
+
+def test_the_predictions_stage_runs_once_per_rectangle_of_planned_keys_with_the_rows_of_one_run_per_key(
+        tmp_path, monkeypatch):
+    """smollm2 x {base, cot} and sft x base: two runs (base x both subjects, cot x smollm2) instead of three, each
+    key with its own rows and usage metadata, equal to what one run per key writes."""
+    from dagster_project.runs.group_runs import _stage_runs
+
+    monkeypatch.chdir(tmp_path)
+    SCRIPTED["backend"] = ScriptedBackend(eval_responder)
+    path = _params(tmp_path)
+    defs = _defs(path)
+    graph = defs.resolve_asset_graph()
+    key = dg.AssetKey(["evaluation", "predictions"])
+    pdef = graph.get(key).partitions_def
+    planned = planned_partitions(load_params(path))
+    instance = dg.DagsterInstance.ephemeral()
+    ranged = _stage_runs(graph, pdef, [key], planned, instance)
+    assert len(planned) == 3 and len(ranged) == 2 and all(pk is None and tags for pk, tags in ranged)
+    assert len(_stage_runs(graph, pdef, [key], planned, instance, parallel=True)) == 3  # runs in processes: per key
+    assert all(r.success for r in materialize_group(defs, "benchmark", instance))
+    results = materialize_group(defs, "evaluation", instance, planned)
+    assert all(r.success for r in results) and len(results) == 1 + 2 + 1  # inputs, predictions, the rest
+    folder = tmp_path / "assets" / "evaluation" / "predictions"
+    ranged_rows = {str(k): pl.read_parquet(folder / f"method={k.keys_by_dimension['method']}" /
+                                           f"subject={k.keys_by_dimension['subject']}" / "data.parquet")
+                   for k in map(pdef.get_partition_key_from_str, planned)}
+    meta = {str(r.partition_key): r.asset_materialization.metadata
+            for r in instance.fetch_materializations(key, limit=100).records}
+    assert {k: meta[k]["rows"].value for k in ranged_rows} == {k: f.height for k, f in ranged_rows.items()}
+    assert meta["base|sft"]["llm/requests"].value == 0 < meta["base|smollm2"]["llm/requests"].value  # per key
+    job = defs.resolve_implicit_global_asset_job_def()
+    for k in planned:  # one run per key, as before: the same rows (answers come from the LLM cache)
+        assert job.execute_in_process(asset_selection=[key], partition_key=k, instance=instance).success
+    for k, frame in ranged_rows.items():
+        k = pdef.get_partition_key_from_str(k)
+        again = pl.read_parquet(folder / f"method={k.keys_by_dimension['method']}" /
+                                f"subject={k.keys_by_dimension['subject']}" / "data.parquet")
+        timing = ["latency_s", "cache_hits"]  # the second pass is served from the LLM cache
+        assert frame.height > 0 and again.drop(timing).equals(frame.drop(timing))

@@ -7,6 +7,7 @@ reads all partitions.
 
 import json
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,6 +55,9 @@ from dagster_project.training.exports import MissingExport, export_user_texts, m
 
 GROUP = "evaluation"
 asset = group_asset(GROUP)
+SINGLE_RUN = dg.BackfillPolicy.single_run()  # a run may cover many subject x method keys (fewer runs per stage)
+# backfill_policy is marked beta on @asset; it is the documented way to get single-run backfills
+warnings.filterwarnings("ignore", r"Parameter `backfill_policy`", dg.BetaWarning)
 
 
 def dialogue_ins(params: Params) -> dict[str, dg.AssetIn]:
@@ -149,39 +153,24 @@ def build(params: Params) -> dg.Definitions:
 
     ins = dialogue_ins(params)
 
-    @asset(partitions_def=partitions_for(params), ins=ins, deps=training_deps(params))
+    @asset(partitions_def=partitions_for(params), ins=ins, deps=training_deps(params), backfill_policy=SINGLE_RUN)
     def predictions(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                     llm: dg.ResourceParam[LLMResource], embedder: EmbedderResource,
-                    **dialogues: pl.DataFrame) -> pl.DataFrame:
-        """One row per (subject, method, dialogue turn): decision, question/answer, trace, LLM calls, status."""
-        keys = context.partition_key.keys_by_dimension
-        subject, method_name = keys["subject"], keys["method"]
-        if subject not in params.llm.subjects:
-            raise dg.Failure(description=f"subject {subject!r} is not in params.yaml llm.subjects "
-                                         f"{sorted(params.llm.subjects)}: reload the code location")
+                    **dialogues: pl.DataFrame):  # a frame, or {key: frame} for a range of keys
+        """One row per (subject, method, dialogue turn): decision, question/answer, trace, LLM calls, status. A run
+        covers one subject x method key, or a range of them (`clarify materialize evaluation`: one run per
+        rectangle of planned keys), each key with its own metadata."""
         turns = _turns(params, dialogues)
-        datasets = subject_datasets(params, subject)
-        chosen = sampled_dialogues(params.evaluation, turns).filter(pl.col("dataset").is_in(datasets))
-        selected = turns.join(chosen, on=["dataset", "dialogue_id"], how="semi")
-        planned = method_name in params.evaluation.methods_for(subject)
-        if not planned:  # an empty partition, so a UI backfill of the whole grid does not fail on it
-            context.log.info(f"{subject} x {method_name}: skipped (evaluation.subject_methods.{subject})")
-            selected, chosen = selected.head(0), chosen.head(0)
-        method, blocked = subject_method(subject, params.llm.subjects[subject].model, method_name, params.evaluation)
-        blocked = blocked if planned else None
-        if blocked:
-            context.log.warning(f"{subject} x {method_name}: every turn is an input_error row: {blocked}")
-        chat = llm.session(context)
-        started = time.monotonic()
-        out = predict_turns(method, subject, selected, chat, embedder.encode, blocked=blocked)
-        context.add_output_metadata({
-            **({"model_missing": blocked} if blocked else {}),
-            **chat.usage(), **prediction_stats(out), "dialogues": chosen.height, "datasets": ", ".join(datasets),
-            "dialogues_available": turns["dialogue_id"].n_unique(),
-            "llm_calls_per_turn_max": method.calls_per_turn, "seconds": round(time.monotonic() - started, 1),
-            "planned": planned,
-        })
-        return out
+        sampled = sampled_dialogues(params.evaluation, turns)
+        pdef = partitions_for(params)
+        keys = [k if hasattr(k, "keys_by_dimension") else pdef.get_partition_key_from_str(k)
+                for k in context.partition_keys]
+        out = {}
+        for key in keys:
+            frame, meta = _predict(context, params, llm, embedder, key.keys_by_dimension, turns, sampled)
+            context.add_asset_metadata(meta, partition_key=key)
+            out[key] = frame
+        return out if len(keys) > 1 else out[keys[0]]
 
     judge_ins = {**upstream("evaluation/predictions"), **ins}
     return dg.Definitions(assets=[
@@ -189,6 +178,36 @@ def build(params: Params) -> dg.Definitions:
         asset(pairwise_judgements, name="pairwise_judgements", ins=judge_ins),
         metric_tables, method_comparison, trained_comparison, report],
         asset_checks=[held_out_check(ins)])
+
+
+def _predict(context: dg.AssetExecutionContext, params: Params, llm: LLMResource, embedder: EmbedderResource,
+             key: dict[str, str], turns: pl.DataFrame, sampled: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
+    """One subject x method partition of `predictions`: its rows and its metadata (usage, outcome counts)."""
+    subject, method_name = key["subject"], key["method"]
+    if subject not in params.llm.subjects:
+        raise dg.Failure(description=f"subject {subject!r} is not in params.yaml llm.subjects "
+                                     f"{sorted(params.llm.subjects)}: reload the code location")
+    datasets = subject_datasets(params, subject)
+    chosen = sampled.filter(pl.col("dataset").is_in(datasets))
+    selected = turns.join(chosen, on=["dataset", "dialogue_id"], how="semi")
+    planned = method_name in params.evaluation.methods_for(subject)
+    if not planned:  # an empty partition, so a UI backfill of the whole grid does not fail on it
+        context.log.info(f"{subject} x {method_name}: skipped (evaluation.subject_methods.{subject})")
+        selected, chosen = selected.head(0), chosen.head(0)
+    method, blocked = subject_method(subject, params.llm.subjects[subject].model, method_name, params.evaluation)
+    blocked = blocked if planned else None
+    if blocked:
+        context.log.warning(f"{subject} x {method_name}: every turn is an input_error row: {blocked}")
+    chat = llm.session(context)
+    started = time.monotonic()
+    out = predict_turns(method, subject, selected, chat, embedder.encode, blocked=blocked)
+    return out, {
+        **({"model_missing": blocked} if blocked else {}),
+        **chat.usage(), **prediction_stats(out), "dialogues": chosen.height, "datasets": ", ".join(datasets),
+        "dialogues_available": turns["dialogue_id"].n_unique(),
+        "llm_calls_per_turn_max": method.calls_per_turn, "seconds": round(time.monotonic() - started, 1),
+        "planned": planned,
+    }
 
 
 def judge_scores(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
