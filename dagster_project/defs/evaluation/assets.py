@@ -6,6 +6,7 @@ reads all partitions.
 """
 
 import json
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -156,7 +157,7 @@ def build(params: Params) -> dg.Definitions:
     @asset(partitions_def=partitions_for(params), ins=ins, deps=training_deps(params), backfill_policy=SINGLE_RUN)
     def predictions(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                     llm: dg.ResourceParam[LLMResource], embedder: EmbedderResource,
-                    **dialogues: pl.DataFrame):  # a frame, or {key: frame} for a range of keys
+                    **dialogues: pl.DataFrame):  # a frame, or {key: staged Parquet file} for a range of keys
         """One row per (subject, method, dialogue turn): decision, question/answer, trace, LLM calls, status. A run
         covers one subject x method key, or a range of them (`clarify materialize evaluation`: one run per
         rectangle of planned keys), each key with its own metadata."""
@@ -165,12 +166,17 @@ def build(params: Params) -> dg.Definitions:
         pdef = partitions_for(params)
         keys = [k if hasattr(k, "keys_by_dimension") else pdef.get_partition_key_from_str(k)
                 for k in context.partition_keys]
-        out = {}
-        for key in keys:
-            frame, meta = _predict(context, params, llm, embedder, key.keys_by_dimension, turns, sampled)
-            context.add_asset_metadata(meta, partition_key=key)
-            out[key] = frame
-        return out if len(keys) > 1 else out[keys[0]]
+        with tempfile.TemporaryDirectory(prefix="predictions_") as tmp:
+            out: dict[str, pl.DataFrame | Path] = {}
+            for i, key in enumerate(keys):
+                frame, meta = _predict(context, params, llm, embedder, key.keys_by_dimension, turns, sampled)
+                context.add_asset_metadata(meta, partition_key=key)
+                if len(keys) == 1:
+                    out[key] = frame
+                else:  # staged, so a run over many keys holds one key's rows at a time; the IO manager moves it
+                    out[key] = Path(tmp, f"{i}.parquet")
+                    frame.write_parquet(out[key])
+            yield dg.Output(out if len(keys) > 1 else out[keys[0]])
 
     judge_ins = {**upstream("evaluation/predictions"), **ins}
     return dg.Definitions(assets=[
