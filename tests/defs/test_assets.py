@@ -100,8 +100,11 @@ def test_whole_graph_with_scripted_llm(tmp_path, monkeypatch):
     assert overall["n"] == 64
     # the scripted subject asks once, then answers: right on every Precise / Refusal turn and on turn 1, wrong on
     # turns 2 and 3 of the four noisy personas, whose every turn is clarify (paper §4.2)
-    assert overall["accuracy"] == pytest.approx(32 / 64)
-    assert overall["under_clarification"] == pytest.approx(32 / 64)
+    # a query's turn 1 is one prompt shared by its six dialogues: weighted once, so per query 1 + 6 + 4 = 11
+    # independent turns of which 3 are right (turn 1, Precise / Refusal turn 2) and 8 under-clarified
+    assert overall["n_independent"] == pytest.approx(4 * 11)
+    assert overall["accuracy"] == pytest.approx(3 / 11)
+    assert overall["under_clarification"] == pytest.approx(8 / 11)
     by_turn = {r["turn"]: r["accuracy"] for r in m.filter(pl.col("breakdown") == "by_turn").to_dicts()}
     assert by_turn == {1: 1.0, 2: pytest.approx(8 / 24), 3: 0.0}
     assert (tmp_path / "assets/evaluation/report/report.html").exists()
