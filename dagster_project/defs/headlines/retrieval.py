@@ -85,7 +85,7 @@ def retrieval_headline(context: dg.AssetExecutionContext, params: dg.ResourcePar
         texts = {d: document_text(t, x) for d, t, x in documents.select("doc_id", "title", "text").iter_rows()}
         ft = finetuned_runs(test_runs.filter(pl.col("ranker") == "bm25"), encoder(folder), texts, cfg.rerank_depth,
                             folder)
-        test_runs, rankers = pl.concat([test_runs, ft]), [*rankers, FINETUNED]
+        test_runs, rankers = pl.concat([test_runs, ft], how="diagonal_relaxed"), [*rankers, FINETUNED]
     elif folder:
         why = "retrieval.rankers has no bm25: the fine-tuned re-ranker re-orders the BM25 first stage"
     expected = expected_queries(test_q, test_runs, rankers)
