@@ -76,6 +76,15 @@ def base_model_path(model: str, dtype: str) -> str:
     return model
 
 
+def checkpointing_arg() -> str:
+    """The trainer's gradient-checkpointing argument in the installed transformers: `activation_checkpointing` from
+    5.23, `gradient_checkpointing` before (the pin admits both, so .venv-vllm's capped transformers trains too)."""
+    import transformers
+
+    fields = transformers.TrainingArguments.__dataclass_fields__
+    return "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
+
+
 def trainer_args(job: LMJob, cfg: TrainingConfig, device: str, dtype: str) -> dict[str, Any]:
     """The TRL config arguments (SFTConfig / DPOConfig), recorded verbatim in training.json."""
     s = cfg.sft if job.kind == "sft" else cfg.dpo
@@ -83,7 +92,7 @@ def trainer_args(job: LMJob, cfg: TrainingConfig, device: str, dtype: str) -> di
         "learning_rate": s.learning_rate, "num_train_epochs": s.epochs, "max_steps": s.max_steps,
         "per_device_train_batch_size": s.batch_size, "gradient_accumulation_steps": s.grad_accum,
         "max_length": s.max_length, "seed": cfg.seed, "logging_steps": cfg.logging_steps,
-        "activation_checkpointing": cfg.gradient_checkpointing, "use_cpu": device == "cpu",
+        checkpointing_arg(): cfg.gradient_checkpointing, "use_cpu": device == "cpu",
         "bf16": dtype == "bfloat16", "save_strategy": "no", "report_to": [], "disable_tqdm": True,
         "lr_scheduler_type": s.lr_scheduler, "weight_decay": s.weight_decay,
     }

