@@ -46,8 +46,9 @@ def test_dvc_repro_builds_both_groups_then_skips_and_sweeps(project, monkeypatch
     assert {(r["subject"], r["reference"]) for r in tc.iter_rows(named=True)} == {
         ("clarilm_sft", "smollm2_hf"), ("clarilm_dpo", "smollm2_hf"), ("clarilm_dpo", "clarilm_sft")}
     assert tc["verdict"].null_count() == 0
-    agent = p.filter((pl.col("method") == "clarify_agent") & (pl.col("status") == "ok"))
-    assert agent["decided_by"].is_not_null().all() and agent["llm_calls"].max() <= 5
+    # the agent ran every turn (the tiny model's Output step often breaks the protocol: parse_error, still decided)
+    agent = p.filter((pl.col("method") == "clarify_agent") & pl.col("status").is_in(["ok", "parse_error"]))
+    assert agent.height > 0 and agent["decided_by"].is_not_null().all() and agent["llm_calls"].max() <= 5
     assert set(p["action"]) <= {"clarify", "answer", "invalid"}
     assert p["raw_output"].null_count() == p.filter(~pl.col("status").is_in(["ok", "parse_error"])).height
 
