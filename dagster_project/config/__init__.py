@@ -86,6 +86,10 @@ class Params(Strict):
         if unknown:
             raise ValueError(f"evaluation.trained_baseline / trained_pairs: unknown subject(s) {unknown}; "
                              f"llm.subjects has {sorted(self.llm.subjects)}")
+        unknown = sorted({s for pair in ev.judge_subject_pairs for s in pair} - set(self.llm.subjects))
+        if unknown:
+            raise ValueError(f"evaluation.judge_subject_pairs: unknown subject(s) {unknown}; "
+                             f"llm.subjects has {sorted(self.llm.subjects)}")
         return self
 
     def untrained_subjects(self) -> list[str]:

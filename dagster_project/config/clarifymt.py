@@ -135,6 +135,12 @@ class EvaluationConfig(Strict):
     structured_output: bool = Field(False, description="every method replies in JSON; false = the paper's prefixes")
     judge_per_subtype: int = Field(2, ge=0, description="paper: 30")
     judge_pairs: list[list[MethodName]] = Field(default_factory=list)
+    judge_subject_pairs: list[list[str]] = Field(
+        default_factory=list, description="[subject_a, subject_b]: win/tie/lose of one model against another, both "
+                                          "with trained_method (ClariLM Fig. 4)")
+    judge_subject_datasets: list[str] | None = Field(
+        None, description="the datasets judge_subject_pairs are judged on; their subjects are evaluated on these too "
+                          "(besides trained_datasets); null: every dataset both subjects were evaluated on")
     pairwise_mode: Literal["output", "reference_question"] = Field(
         "output", description="output: whole replies, no reference (ClariLM §4.6.2); reference_question: "
                               "questions only, against the reference question")
@@ -174,7 +180,24 @@ class EvaluationConfig(Strict):
             missing = sorted(set(pair) - set(self.methods))
             if missing:
                 raise ValueError(f"evaluation.judge_pairs: {missing} not in evaluation.methods")
+        self._subject_pairs_consistent()
         return self
+
+    def _subject_pairs_consistent(self) -> None:
+        """judge_subject_pairs: two different subjects that both run trained_method; judge_subject_datasets: a
+        non-empty subset of datasets. (Unknown subjects are reported by Params, which knows llm.subjects.)"""
+        for pair in self.judge_subject_pairs:
+            if len(pair) != 2 or pair[0] == pair[1]:
+                raise ValueError(f"evaluation.judge_subject_pairs: each entry is two different subjects, got {pair}")
+            idle = [s for s in pair if self.trained_method not in self.methods_for(s)]
+            if idle:
+                raise ValueError(f"evaluation.judge_subject_pairs: {idle} do not run trained_method "
+                                 f"{self.trained_method!r} (evaluation.subject_methods / methods)")
+        if self.judge_subject_datasets is not None:
+            extra = sorted(set(self.judge_subject_datasets) - set(self.datasets))
+            if extra or not self.judge_subject_datasets:
+                raise ValueError(f"evaluation.judge_subject_datasets: {extra or 'an empty list'} not in "
+                                 f"evaluation.datasets {self.datasets} (null: every dataset both were evaluated on)")
 
     def methods_for(self, subject: str) -> list[str]:
         """The methods `subject` is evaluated with: its evaluation.subject_methods entry, else every method."""

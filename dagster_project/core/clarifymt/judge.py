@@ -3,10 +3,11 @@
 Pointwise: a 0-5 score of a method's question against the reference clarifying question, on a sample
 of clarify turns per subtype (paper: 30). A turn where the method answered (or gave no usable reply)
 while the reference asks gets 0 by the rubric's own rule, without a judge call.
-Pairwise (ClariLM §4.6.2 win / tie / lose): two methods' whole replies (question or answer) for the same turn,
-without a reference (evaluation.pairwise_mode: output), or only their questions against the reference question
-(reference_question). Each item is judged twice with the positions swapped; a method wins only if it wins in
-both orders, loses only if it loses in both, and everything else is a tie.
+Pairwise (ClariLM §4.6.2 win / tie / lose): two methods of one subject (evaluation.judge_pairs), or two subjects
+with evaluation.trained_method (judge_subject_pairs: one model vs another, the paper's Fig. 4), on the same turn:
+their whole replies (question or answer) without a reference (evaluation.pairwise_mode: output), or only their
+questions against the reference question (reference_question). Each item is judged twice with the positions
+swapped; A wins only if it wins in both orders, loses only if it loses in both, and everything else is a tie.
 """
 
 from __future__ import annotations
@@ -220,9 +221,12 @@ def judge_scores(chat: Chat, predictions: pl.DataFrame, messages: pl.DataFrame, 
 
 
 PAIR_SIDES = {"subtype": pl.Utf8, "reference_action": pl.Utf8, "reference_question": pl.Utf8, "action_a": pl.Utf8,
-              "output_a": pl.Utf8, "action_b": pl.Utf8, "output_b": pl.Utf8, "method_a": pl.Utf8, "method_b": pl.Utf8}
+              "output_a": pl.Utf8, "action_b": pl.Utf8, "output_b": pl.Utf8, "method_a": pl.Utf8, "method_b": pl.Utf8,
+              "subject_b": pl.Utf8, "comparison": pl.Utf8}
 PAIR_RESULT = {"outcome": pl.Utf8, "judged_by": pl.Utf8, "verdict_ab": pl.Utf8, "verdict_ba": pl.Utf8,
                "status": pl.Utf8, "error": pl.Utf8, "raw_ab": pl.Utf8, "raw_ba": pl.Utf8}
+PAIR_COLS = ["dataset", "subject", "dialogue_id", "turn"]
+PAIR_SHARED = ["subtype", "reference_action", "reference_question"]
 
 
 def output_items(evaluated: pl.DataFrame, per_dataset: int, seed: int) -> pl.DataFrame:
@@ -237,26 +241,60 @@ def output_items(evaluated: pl.DataFrame, per_dataset: int, seed: int) -> pl.Dat
     return pl.DataFrame(picked, schema=items.schema)
 
 
-def method_pairs(predictions: pl.DataFrame, cfg: EvaluationConfig) -> pl.DataFrame:
-    """Both methods' replies on the sampled items of every evaluation.judge_pairs entry, one row per item:
-    every evaluated turn in output mode, clarify turns with a reference question in reference_question mode."""
+def _pair_candidates(predictions: pl.DataFrame, cfg: EvaluationConfig) -> pl.DataFrame:
+    """Every evaluated turn in output mode; clarify turns with a reference question in reference_question mode."""
     if cfg.pairwise_mode == "output":
-        cands = predictions.filter(pl.col("status").is_in(EVALUATED))
-        items = output_items(cands, cfg.pairwise_items, cfg.sample_seed)
-    else:
-        cands = candidate_turns(predictions)
-        items = sample_items(cands, cfg.judge_per_subtype, cfg.sample_seed)
-    cols = ["dataset", "subject", "dialogue_id", "turn"]
-    shared = ["subtype", "reference_action", "reference_question"]
+        return predictions.filter(pl.col("status").is_in(EVALUATED))
+    return candidate_turns(predictions)
+
+
+def _items(cands: pl.DataFrame, cfg: EvaluationConfig) -> pl.DataFrame:
+    """The judged items among `cands`: pairwise_items per dataset (output), judge_per_subtype per subtype."""
+    if cfg.pairwise_mode == "output":
+        return output_items(cands, cfg.pairwise_items, cfg.sample_seed)
+    return sample_items(cands, cfg.judge_per_subtype, cfg.sample_seed)
+
+
+def _side(cands: pl.DataFrame, x: str) -> pl.DataFrame:
+    return cands.select(*PAIR_COLS, *PAIR_SHARED, pl.col("action").alias(f"action_{x}"),
+                        pl.col("response").alias(f"output_{x}"))
+
+
+def method_pairs(predictions: pl.DataFrame, cfg: EvaluationConfig) -> pl.DataFrame:
+    """Both methods' replies on the sampled items of every evaluation.judge_pairs entry, one row per item and
+    subject (`subject_b` = `subject`, comparison "methods")."""
+    cands = _pair_candidates(predictions, cfg)
+    items = _items(cands, cfg)
     frames = []
     for a, b in cfg.judge_pairs:
-        side = [cands.filter(pl.col("method") == m).join(items, on=TURN_KEY, how="semi")
-                .select(*cols, *shared, pl.col("action").alias(f"action_{x}"),
-                        pl.col("response").alias(f"output_{x}")) for m, x in ((a, "a"), (b, "b"))]
-        frames.append(side[0].join(side[1].drop(*shared), on=cols, how="inner")
-                      .with_columns(method_a=pl.lit(a), method_b=pl.lit(b)))
-    if frames:
-        return pl.concat(frames)
+        side = [_side(cands.filter(pl.col("method") == m).join(items, on=TURN_KEY, how="semi"), x)
+                for m, x in ((a, "a"), (b, "b"))]
+        frames.append(side[0].join(side[1].drop(*PAIR_SHARED), on=PAIR_COLS, how="inner").with_columns(
+            method_a=pl.lit(a), method_b=pl.lit(b), subject_b=pl.col("subject"), comparison=pl.lit("methods")))
+    return pl.concat(frames) if frames else _empty_pairs()
+
+
+def subject_pairs(predictions: pl.DataFrame, cfg: EvaluationConfig) -> pl.DataFrame:
+    """Two subjects' replies with evaluation.trained_method on the items both evaluated (within
+    judge_subject_datasets when set), sampled per pair like method pairs; one row per item of every
+    evaluation.judge_subject_pairs entry (`subject` is A, `subject_b` is B, comparison "subjects")."""
+    cands = _pair_candidates(predictions, cfg).filter(pl.col("method") == cfg.trained_method)
+    if cfg.judge_subject_datasets is not None:
+        cands = cands.filter(pl.col("dataset").is_in(cfg.judge_subject_datasets))
+    frames = []
+    for a, b in cfg.judge_subject_pairs:
+        side_a, side_b = (cands.filter(pl.col("subject") == s) for s in (a, b))
+        both = side_a.join(side_b.select(TURN_KEY), on=TURN_KEY, how="semi")
+        items = _items(both, cfg)
+        left = _side(side_a.join(items, on=TURN_KEY, how="semi"), "a")
+        right = _side(side_b, "b").drop("subject", *PAIR_SHARED)
+        frames.append(left.join(right, on=TURN_KEY, how="inner").with_columns(
+            method_a=pl.lit(cfg.trained_method), method_b=pl.lit(cfg.trained_method), subject_b=pl.lit(b),
+            comparison=pl.lit("subjects")))
+    return pl.concat(frames) if frames else _empty_pairs()
+
+
+def _empty_pairs() -> pl.DataFrame:
     return pl.DataFrame(schema={**{c: pl.Utf8 for c in ("dataset", "subject", "dialogue_id")}, "turn": pl.Int64,
                                 **PAIR_SIDES})
 
@@ -269,12 +307,13 @@ def usable_expr(action: str, response: str) -> pl.Expr:
 
 def pairwise_judgements(chat: Chat, predictions: pl.DataFrame, messages: pl.DataFrame, cfg: EvaluationConfig,
                         model: str) -> pl.DataFrame:
-    """Win / tie / lose for A per pair item: by rule when at most one method has something to judge (asked, in
-    reference_question mode; a usable reply, in output mode), else by the judge, twice with the positions
-    swapped (a win must hold in both orders)."""
+    """Win / tie / lose for A per pair item (method pairs, then subject pairs): by rule when at most one side has
+    something to judge (asked, in reference_question mode; a usable reply, in output mode), else by the judge,
+    twice with the positions swapped (a win must hold in both orders)."""
     mode, task = cfg.pairwise_mode, PAIR_TASKS[cfg.pairwise_mode]
     has = usable_expr if mode == "output" else asked_expr
-    pairs = method_pairs(predictions, cfg).join(messages, on=TURN_KEY, how="left").with_columns(
+    pairs = pl.concat([method_pairs(predictions, cfg), subject_pairs(predictions, cfg)]).join(
+        messages, on=TURN_KEY, how="left").with_columns(
         judgeable_a=has("action_a", "output_a"), judgeable_b=has("action_b", "output_b"))
     rows = pairs.to_dicts()
     jobs = [((i, order), task, values) for i, r in enumerate(rows) if r["judgeable_a"] and r["judgeable_b"]
@@ -297,3 +336,18 @@ def pairwise_judgements(chat: Chat, predictions: pl.DataFrame, messages: pl.Data
                       "raw_ab": ab.result.text, "raw_ba": ba.result.text})
     return pl.concat([pairs.drop("messages"), pl.DataFrame(extra, schema=PAIR_RESULT)], how="horizontal").with_columns(
         mode=pl.lit(mode), model=pl.lit(model), prompt_version=pl.lit(task.version if answers else None, pl.Utf8))
+
+
+def pairwise_summary(pairwise: pl.DataFrame) -> pl.DataFrame:
+    """Win / tie / lose per comparison, dataset and pair (A = subject x method_a, B = subject_b x method_b): counts
+    of decided items (n) and shares; `errors` counts items whose judge call failed (no outcome, not in n)."""
+    pw = pairwise.with_columns(
+        **({} if "subject_b" in pairwise.columns else {"subject_b": pl.col("subject")}),
+        **({} if "comparison" in pairwise.columns else {"comparison": pl.lit("methods")}))
+    keys = ["comparison", "dataset", "subject", "subject_b", "method_a", "method_b"]
+    decided = pl.col("outcome").is_not_null()
+    return pw.group_by(keys).agg(
+        decided.sum().alias("n"), *[(pl.col("outcome") == o).sum().alias(o) for o in ("win", "tie", "lose")],
+        *[((pl.col("outcome") == o).sum() / decided.sum()).alias(f"{o}_share") for o in ("win", "tie", "lose")],
+        (pl.col("judged_by") == "judge").sum().alias("judged_by_llm"), (~decided).sum().alias("errors"),
+    ).sort(keys)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from dagster_project.core.clarifymt.judge import pairwise_summary
 from dagster_project.core.clarifymt.validation import ILLUSTRATIVE
 from dagster_project.core.shared.tables import markdown_table
 from dagster_project.core.shared.taxonomy import PERSONAS, SUBTYPES
@@ -208,6 +209,7 @@ def render_report(inputs: ReportInputs, plots: Sequence[str] = ()) -> str:
             parts.append("![subtype x turn](subtype_turn_heatmap.png)\n")
     parts += _validation_section(inputs.validation)
     parts += _quality_sections(inputs, plots)
+    parts += _pairwise_sections(inputs.pairwise)
     parts += _trace_example(pred, inputs.agent_method)
     return "\n".join(parts)
 
@@ -278,7 +280,7 @@ def _validation_section(agreement: pl.DataFrame | None) -> list[str]:
 
 
 def _quality_sections(inputs: ReportInputs, plots: Sequence[str]) -> list[str]:
-    js, pw = inputs.judge_scores, inputs.pairwise
+    js = inputs.judge_scores
     parts = ["## Clarifying-question quality\n"]
     if js.is_empty():
         return parts + ["_(no clarify turns with a reference question were evaluated)_\n"]
@@ -295,14 +297,27 @@ def _quality_sections(inputs: ReportInputs, plots: Sequence[str]) -> list[str]:
         parts += ["### Judge score by subtype (Figure 3)\n", markdown_table(wide, plain=wide.columns)]
         if "judge_by_subtype.png" in plots:
             parts.append("![judge score by subtype](judge_by_subtype.png)\n")
-    if not pw.is_empty():
-        summary = pw.filter(pl.col("outcome").is_not_null()).group_by(
-            "dataset", "subject", "method_a", "method_b").agg(
-            pl.len().alias("n"), (pl.col("outcome") == "win").mean().alias("win"),
-            (pl.col("outcome") == "tie").mean().alias("tie"), (pl.col("outcome") == "lose").mean().alias("lose"),
-            (pl.col("judged_by") == "judge").sum().alias("judged_by_llm")).sort("dataset", "subject", "method_a")
+    return parts
+
+
+def _pairwise_sections(pw: pl.DataFrame) -> list[str]:
+    """Method pairs per subject, then ClariLM's Figure 4: one model against another per dataset."""
+    if pw.is_empty():
+        return []
+    summary = pairwise_summary(pw)
+    parts = []
+    shares = ["n", "win_share", "tie_share", "lose_share", "judged_by_llm", "errors"]
+    methods = summary.filter(pl.col("comparison") == "methods")
+    if not methods.is_empty():
         parts += ["### Pairwise win / tie / lose (method_a vs method_b, judged in both orders)\n",
-                  markdown_table(summary)]
+                  markdown_table(methods.select("dataset", "subject", "method_a", "method_b", *shares))]
+    models = summary.filter(pl.col("comparison") == "subjects")
+    if not models.is_empty():
+        parts += ["### Figure 4: model vs model, win / tie / lose per dataset (judged in both orders)\n",
+                  "`subject` (A) against `subject_b` (B), both with the method in `method_a`; shares of the decided "
+                  "items; a win or loss must hold with the positions swapped, anything else is a tie.\n",
+                  markdown_table(models.select("dataset", "subject", "subject_b", "method_a", "win", "tie", "lose",
+                                               *shares))]
     return parts
 
 

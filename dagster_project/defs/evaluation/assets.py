@@ -97,11 +97,15 @@ def planned_partitions(params: Params) -> list[str]:
 
 def subject_datasets(params: Params, subject: str) -> list[str]:
     """The datasets `subject` is evaluated on: evaluation.trained_datasets for a subject served from
-    training/<name> or named in a trained comparison (both sides see the same turns), else every dataset."""
+    training/<name> or named in a trained comparison (both sides see the same turns), else every dataset; plus
+    judge_subject_datasets for a subject of a judge_subject_pairs entry (the model-vs-model judge needs them)."""
     ev = params.evaluation
     trained = {n for n, c in params.llm.subjects.items() if c.model.startswith("training/")}
     compared = {s for pair in params.trained_pairs() for s in pair}
-    return list(ev.trained_datasets) if ev.trained_datasets and subject in trained | compared else list(ev.datasets)
+    chosen = set(ev.trained_datasets) if ev.trained_datasets and subject in trained | compared else set(ev.datasets)
+    if any(subject in pair for pair in ev.judge_subject_pairs):
+        chosen |= set(ev.judge_subject_datasets or ())
+    return [d for d in ev.datasets if d in chosen]
 
 
 def training_deps(params: Params) -> list[dg.AssetKey]:
@@ -254,14 +258,16 @@ def judge_scores(context: dg.AssetExecutionContext, params: dg.ResourceParam[Par
 def pairwise_judgements(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                         llm: dg.ResourceParam[LLMResource], predictions: pl.DataFrame,
                         **dialogues: pl.DataFrame) -> pl.DataFrame:
-    """Win / tie / lose between two methods (evaluation.judge_pairs): their whole replies without a reference
-    (pairwise_mode: output, as ClariLM) or their questions against the reference (reference_question), judged
-    twice with the positions swapped: a win must hold in both orders."""
+    """Win / tie / lose between two methods of a subject (evaluation.judge_pairs) and between two subjects
+    (judge_subject_pairs, ClariLM Fig. 4): their whole replies without a reference (pairwise_mode: output, as
+    ClariLM) or their questions against the reference (reference_question), judged twice with the positions
+    swapped: a win must hold in both orders."""
     chat = llm.session(context)
     out = judge_pairs(chat, predictions, _messages(params, dialogues), params.evaluation,
                       params.llm.role("judge").model)
     context.add_output_metadata({
         **chat.usage(), "mode": params.evaluation.pairwise_mode, "pairs": out.height,
+        "subject_pair_items": int((out["comparison"] == "subjects").sum()),
         "judged_by_llm": int((out["judged_by"] == "judge").sum()),
         "outcomes": dg.MetadataValue.json(dict(out.group_by("outcome").len().iter_rows()) if out.height else {})})
     return out

@@ -7,6 +7,7 @@ from pathlib import Path
 import polars as pl
 
 from dagster_project.config import Params
+from dagster_project.core.clarifymt.judge import pairwise_summary
 from dagster_project.defs.evaluation import assets
 from dagster_project.lib.groups import GroupSpec
 from dagster_project.lib.headlines import nest, pick
@@ -19,10 +20,20 @@ def inputs(p: Params) -> list[tuple[str, str]]:
     return [(f"evaluation.external.{name}.path", ds.path) for name, ds in p.evaluation.external.items()]
 
 
+def figure4(base: Path) -> pl.DataFrame | None:
+    """ClariLM Fig. 4: win / tie / lose of one model against another per dataset (evaluation.judge_subject_pairs)."""
+    pw = read_asset(base, "evaluation", "pairwise_judgements")
+    if pw is None or pw.is_empty() or "comparison" not in pw.columns:
+        return None
+    t = pairwise_summary(pw).filter(pl.col("comparison") == "subjects")
+    return None if t.is_empty() else t.select("dataset", "subject", "subject_b", "n", "win", "tie", "lose", "errors")
+
+
 def headlines(base: Path) -> list[tuple[str, pl.DataFrame | None]]:
     return [("accuracy over all turns (method_comparison)", pick(
         read_asset(base, "evaluation", "method_comparison"), ["dataset", "subject", "method", "n"],
-        lambda c: c in HEADLINE_COLUMNS, ("scope", "all_turns")))]
+        lambda c: c in HEADLINE_COLUMNS, ("scope", "all_turns"))),
+        ("ClariLM Fig. 4: model vs model, win / tie / lose per dataset (pairwise_judgements)", figure4(base))]
 
 
 def metrics(base: Path) -> dict | None:
