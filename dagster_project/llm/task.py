@@ -22,7 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from dagster_project.io.status import STATUSES, Status
 from dagster_project.llm.chat import ChatRequest, ChatResult, Message, canonical_json
-from dagster_project.llm.prompts import Prompt, load_prompt
+from dagster_project.llm.prompts import Prompt, ReplyFormat, load_prompt
 
 
 
@@ -223,6 +223,7 @@ class LLMTask(Generic[R]):
     A free-text reply cut off at max_tokens is a parse_error (reason "truncated") unless accept_truncated:
     for replies whose use is decided by their opening words (the response-prefix protocol).
     sampling holds the step's defaults (temperature, top_p, max_tokens, seed, n); calls may override them.
+    fmt picks the reply format of a template written for both (its `### formats` section); None for the others.
     """
 
     prompt: str
@@ -232,10 +233,11 @@ class LLMTask(Generic[R]):
     lenient: bool = False
     sampling: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     accept_truncated: bool = False
+    fmt: ReplyFormat | None = None
 
     @cached_property
     def template(self) -> Prompt:
-        return load_prompt(self.prompt)
+        return load_prompt(self.prompt, self.fmt)
 
     @property
     def version(self) -> str:

@@ -15,7 +15,7 @@ HISTORY = [
 
 def test_base_messages_single_turn():
     msgs = base_messages(HISTORY[:1])
-    prompt = load_prompt("evaluate_base")
+    prompt = load_prompt("evaluate_base", "text")
     assert [m["role"] for m in msgs] == ["system", "user"]
     assert msgs[0]["content"] == prompt.system.strip()
     assert "The clarifying question is" in msgs[0]["content"]
@@ -38,7 +38,7 @@ def test_base_messages_keeps_history_and_reminds_last_user():
 def test_base_requests():
     reqs = base_requests([HISTORY[:1], HISTORY], max_tokens=48)
     assert len(reqs) == 2
-    assert all(r.prompt_version == load_prompt("evaluate_base").version for r in reqs)
+    assert all(r.prompt_version == load_prompt("evaluate_base", "text").version for r in reqs)
     assert all(r.sampling.temperature == 0.0 and r.sampling.max_tokens == 48 for r in reqs)
     assert len(reqs[1].messages) == 4 and reqs[0].json_schema is None
 

@@ -114,8 +114,8 @@ def test_a_perfect_intents_model_scores_100_percent_in_its_format():
     for utterance, truth, kind in cases:
         msgs = t.render([{"role": "user", "content": utterance}], catalogue="- track_order\n- cancel_order",
                         examples="")
-        assert msgs == load_prompt("intents_assistant").messages(catalogue="- track_order\n- cancel_order",
-                                                                examples="", query=utterance)
+        assert msgs == load_prompt("intents_assistant", "text").messages(
+            catalogue="- track_order\n- cancel_order", examples="", query=utterance)
         reply = {"intent": truth, "clarify": "Do you want to track it or cancel it?", "ood": OOD_TARGET}[kind]
         d = t.parse(reply, candidates=cands)
         right += (d.action, d.text) == {"intent": ("answer", truth), "clarify": ("clarify", reply),

@@ -12,7 +12,6 @@ import pytest
 
 import dagster_project.core as core
 from dagster_project.llm.plan import placeholder
-from dagster_project.llm.prompts import load_prompt
 from dagster_project.llm.task import LLMTask
 
 
@@ -31,7 +30,7 @@ TASKS = project_tasks()
 
 def test_the_llm_steps_are_tasks():
     assert len(TASKS) >= 20
-    assert all(load_prompt(t.prompt) for t in TASKS.values())
+    assert all(t.template for t in TASKS.values())
 
 
 @pytest.mark.parametrize("name", sorted(k for k, t in TASKS.items() if t.reply is not None))

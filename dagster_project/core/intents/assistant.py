@@ -41,9 +41,9 @@ def _usable(text: str, item: Any) -> str | None:
 
 # Free-text steps: a reply is read by parse_assistant_reply whatever its form (JSON or plain text); in structured
 # mode the request carries `assistant_schema` for the grammar. JSON_READER only reads JSON replies (leniently).
-ASSISTANT = LLMTask("intents_assistant", role="assistant", check=_usable)
-ASSISTANT_JSON = LLMTask("intents_assistant_json", role="assistant", check=_usable)
-JSON_READER = LLMTask("intents_assistant_json", role="assistant", reply=JsonObject, lenient=True)
+ASSISTANT = LLMTask("intents_assistant", fmt="text", role="assistant", check=_usable)
+ASSISTANT_JSON = LLMTask("intents_assistant", fmt="json", role="assistant", check=_usable)
+JSON_READER = LLMTask("intents_assistant", fmt="json", role="assistant", reply=JsonObject, lenient=True)
 
 
 def assistant_task(structured: bool) -> LLMTask:

@@ -24,7 +24,7 @@ from typing import Any
 
 from dagster_project.io.status import Status
 from dagster_project.llm.chat import Message
-from dagster_project.llm.prompts import load_prompt
+from dagster_project.llm.prompts import ReplyFormat, load_prompt
 from dagster_project.llm.protocol import Decision, parse_decision
 from dagster_project.llm.task import parse_json_object
 from dagster_project.llm.trained import TrainedModelMissing, missing_message, recorded_template, training_dir
@@ -178,15 +178,16 @@ class TrainedTemplate:
         return cls(**{f.name: record[f.name] for f in fields(cls)})
 
 
-def _from_prompt(name: str, prompt: str, slot: str, reply_format: str, parser: str) -> TrainedTemplate:
-    p = load_prompt(prompt)
+def _from_prompt(name: str, prompt: str, slot: str, reply_format: str, parser: str,
+                 fmt: ReplyFormat | None = None) -> TrainedTemplate:
+    p = load_prompt(prompt, fmt)
     return TrainedTemplate(name, p.system, p.user, slot, reply_format, parser)
 
 
 def clarifymt_template() -> TrainedTemplate:
     """ClarifyMT's plain evaluation prompt (evaluate_base): 'The answer is' / 'The clarifying question is'."""
     return _from_prompt("clarifymt", "evaluate_base", "message",
-                        'starts with "The answer is" or "The clarifying question is"', "clarifymt_protocol")
+                        'starts with "The answer is" or "The clarifying question is"', "clarifymt_protocol", "text")
 
 
 def clarilm_template(system_prompt: str) -> TrainedTemplate:
@@ -209,7 +210,8 @@ def intents_template() -> TrainedTemplate:
     """The intents assistant prompt (intents_assistant): an intent name, one clarifying question or
     "out of domain"; render needs `catalogue` and `examples` (core/intents/assistant.py renders both)."""
     return _from_prompt("intents", "intents_assistant", "query",
-                        'an intent name from the list, one clarifying question, or "out of domain"', "intent_name")
+                        'an intent name from the list, one clarifying question, or "out of domain"', "intent_name",
+                        "text")
 
 
 def load_trained_template(model: str, subject: str | None = None) -> TrainedTemplate:

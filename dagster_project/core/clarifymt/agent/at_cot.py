@@ -80,12 +80,13 @@ def _sampling() -> dict[str, float]:
     return {"temperature": 0.0}
 
 
-AT_COT = LLMTask("evaluate_at_cot", role="subject", reply=ATCoTReply, check=_decision, sampling=_sampling())
+AT_COT = LLMTask("evaluate_at_cot", fmt="json", role="subject", reply=ATCoTReply, check=_decision, sampling=_sampling())
 SCHEMA = AT_COT.schema
 # free-text steps decide on their protocol line: a reply cut off at max_tokens still counts (llm/task.py)
-AT_COT_TEXT = LLMTask("evaluate_at_cot_text", role="subject", sampling=_sampling(), accept_truncated=True)
-AT_COT_ACTIONS = LLMTask("evaluate_at_cot_actions", role="subject", sampling=_sampling(), accept_truncated=True)
-AT_COT_ACTIONS_JSON = LLMTask("evaluate_at_cot_actions_json", role="subject", reply=ATCoTActionsReply,
+AT_COT_TEXT = LLMTask("evaluate_at_cot", fmt="text", role="subject", sampling=_sampling(), accept_truncated=True)
+AT_COT_ACTIONS = LLMTask("evaluate_at_cot_actions", fmt="text", role="subject", sampling=_sampling(),
+                         accept_truncated=True)
+AT_COT_ACTIONS_JSON = LLMTask("evaluate_at_cot_actions", fmt="json", role="subject", reply=ATCoTActionsReply,
                               check=_decision, sampling=_sampling())
 _TYPE_LINE = re.compile(r"^[\W_]*ambiguity\s+types?\s*[:=-]\s*(.+)$", re.IGNORECASE | re.MULTILINE)
 

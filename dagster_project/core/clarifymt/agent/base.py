@@ -26,8 +26,8 @@ from dagster_project.llm.task import Chat, LLMTask, Status
 
 METHOD = "base"
 # the protocol decides on the opening words, so a reply cut off at max_tokens still counts (llm/task.py)
-BASE = LLMTask("evaluate_base", role="subject", sampling={"temperature": 0.0}, accept_truncated=True)
-BASE_JSON = LLMTask("evaluate_base_json", role="subject", reply=DecisionReply, check=check_action,
+BASE = LLMTask("evaluate_base", fmt="text", role="subject", sampling={"temperature": 0.0}, accept_truncated=True)
+BASE_JSON = LLMTask("evaluate_base", fmt="json", role="subject", reply=DecisionReply, check=check_action,
                     sampling={"temperature": 0.0})
 
 

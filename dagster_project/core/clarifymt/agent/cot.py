@@ -30,7 +30,7 @@ from dagster_project.llm.task import Answer, Chat, LLMTask, NonEmpty, Reply
 
 METHOD = "cot"
 # the last protocol line decides; a reply cut off after it still counts (llm/task.py)
-COT = LLMTask("evaluate_cot", role="subject", sampling={"temperature": 0.0}, accept_truncated=True)
+COT = LLMTask("evaluate_cot", fmt="text", role="subject", sampling={"temperature": 0.0}, accept_truncated=True)
 
 
 class CoTReply(Reply):
@@ -43,7 +43,7 @@ class CoTReply(Reply):
     text: Annotated[NonEmpty, json_string(minLength=1, maxLength=400)]
 
 
-COT_JSON = LLMTask("evaluate_cot_json", role="subject", reply=CoTReply, check=check_action,
+COT_JSON = LLMTask("evaluate_cot", fmt="json", role="subject", reply=CoTReply, check=check_action,
                    sampling={"temperature": 0.0})
 
 

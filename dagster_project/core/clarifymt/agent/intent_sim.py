@@ -51,8 +51,8 @@ class Interpretation(Reply):
     clarifying_question: Annotated[NonEmpty, json_string(minLength=3, maxLength=200)]
 
 
-INTENT_SIM = LLMTask("evaluate_intent_sim", role="subject", reply=Interpretation)
-INTENT_SIM_TEXT = LLMTask("evaluate_intent_sim_text", role="subject", accept_truncated=True)
+INTENT_SIM = LLMTask("evaluate_intent_sim", fmt="json", role="subject", reply=Interpretation)
+INTENT_SIM_TEXT = LLMTask("evaluate_intent_sim", fmt="text", role="subject", accept_truncated=True)
 _INTERPRETATION = re.compile(r"^[\W_]*interpretation\s*[:=-]\s*(.+)$", re.IGNORECASE | re.MULTILINE)
 
 
@@ -169,12 +169,15 @@ class AnswerReply(Reply):
 
 GREEDY = {"temperature": 0.0}
 # free text as in the paper's protocol: a reply cut off at max_tokens still counts (llm/task.py)
-QUESTION = {False: LLMTask("evaluate_intent_sim_question", role="subject", sampling=GREEDY, accept_truncated=True),
-            True: LLMTask("evaluate_intent_sim_question_json", role="subject", reply=QuestionReply, sampling=GREEDY)}
-USER = {False: LLMTask("evaluate_intent_sim_user", role="subject", accept_truncated=True),
-        True: LLMTask("evaluate_intent_sim_user_json", role="subject", reply=UserReply)}
-ANSWER = {False: LLMTask("evaluate_intent_sim_answer", role="subject", sampling=GREEDY, accept_truncated=True),
-          True: LLMTask("evaluate_intent_sim_answer_json", role="subject", reply=AnswerReply, sampling=GREEDY)}
+QUESTION = {False: LLMTask("evaluate_intent_sim_question", fmt="text", role="subject", sampling=GREEDY,
+                           accept_truncated=True),
+            True: LLMTask("evaluate_intent_sim_question", fmt="json", role="subject", reply=QuestionReply,
+                          sampling=GREEDY)}
+USER = {False: LLMTask("evaluate_intent_sim_user", fmt="text", role="subject", accept_truncated=True),
+        True: LLMTask("evaluate_intent_sim_user", fmt="json", role="subject", reply=UserReply)}
+ANSWER = {False: LLMTask("evaluate_intent_sim_answer", fmt="text", role="subject", sampling=GREEDY,
+                         accept_truncated=True),
+          True: LLMTask("evaluate_intent_sim_answer", fmt="json", role="subject", reply=AnswerReply, sampling=GREEDY)}
 
 
 def _charged(preds: list[Prediction], answers: Sequence[Answer]) -> Iterator[tuple[Prediction, Answer]]:

@@ -16,6 +16,7 @@ from pydantic import ValidationError, WithJsonSchema
 from dagster_project.core.clarifymt.agent.method import DecisionReply, check_action, json_string, schema_required
 from dagster_project.core.clarifymt.agent.tracker import Observation
 from dagster_project.core.shared.taxonomy import PERSONAS
+from dagster_project.llm.prompts import ReplyFormat
 from dagster_project.llm.task import LLMTask, NonEmpty, Reply
 
 MODULES = ("input", "perceiver", "forecaster", "planner", "output")
@@ -88,16 +89,16 @@ def _action(value: PlannerReply, _: Any) -> str | None:
     return None if value.action in ACTIONS else f"action {value.action!r} is not clarify/answer"
 
 
-def _module(name: str, reply: type[Reply], check: Any = None) -> LLMTask[Any]:
-    return LLMTask(f"agent_{name}", role="subject", reply=reply, check=check, sampling={"temperature": 0.0})
+def _module(name: str, reply: type[Reply], check: Any = None, fmt: ReplyFormat | None = None) -> LLMTask[Any]:
+    return LLMTask(f"agent_{name}", fmt=fmt, role="subject", reply=reply, check=check, sampling={"temperature": 0.0})
 
 
 INPUT = _module("input", InputReply)
 PERCEIVER = _module("perceiver", PerceiverReply, _slots_list)
 FORECASTER = _module("forecaster", ForecasterReply, _persona)
 PLANNER = _module("planner", PlannerReply, _action)
-OUTPUT = _module("output", DecisionReply, check_action)  # the same decision schema as every baseline
-OUTPUT_TEXT = LLMTask("agent_output_text", role="subject", sampling={"temperature": 0.0},
+OUTPUT = _module("output", DecisionReply, check_action, "json")  # the same decision schema as every baseline
+OUTPUT_TEXT = LLMTask("agent_output", fmt="text", role="subject", sampling={"temperature": 0.0},
                       accept_truncated=True)  # free text (prefix protocol)
 TASKS: dict[str, LLMTask[Any]] = {"input": INPUT, "perceiver": PERCEIVER, "forecaster": FORECASTER,
                                   "planner": PLANNER, "output": OUTPUT}
