@@ -48,8 +48,8 @@ class RoleConfig(Strict):
             raise ValueError("set base_url (one server) or base_urls (a pool), not both")
         if self.backend == "openai" and not self.endpoints:
             raise ValueError("backend 'openai' needs base_url (e.g. https://api.openai.com/v1) or base_urls")
-        if self.model.startswith("training/") and self.backend != "transformers":
-            raise ValueError(f"model {self.model!r} (a trained model) needs backend 'transformers', "
+        if self.model.startswith("training/") and self.backend not in ("transformers", "vllm"):
+            raise ValueError(f"model {self.model!r} (a trained model) needs backend 'transformers' or 'vllm', "
                              f"got {self.backend!r}")
         return self
 

@@ -2,8 +2,8 @@
 
 A reply is served from the cache only to the same backend and model at the same endpoint (openai: the
 base URL, or all URLs of a pool (base_urls), one endpoint; llamacpp and vLLM from a local path: a fingerprint of the
-weights; transformers: the weights and every LoRA adapter applied to them), so a different server, model file or
-retrained adapter never receives another's replies. Roles that set the same `cache_namespace` share replies
+weights; transformers, and vLLM serving a trained model: the weights and every LoRA adapter applied to them), so a
+different server, model file or retrained adapter never receives another's replies. Roles that set the same `cache_namespace` share replies
 deliberately (e.g. one vLLM model behind two URLs). Never includes the API key or timeouts.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from dagster_project.config import RoleConfig
-from dagster_project.llm.trained import TrainedModelMissing, served_model
+from dagster_project.llm.trained import TRAINING_PREFIX, TrainedModelMissing, served_model
 
 KEY_VERSION = 2  # 1: (backend, model) only, before the endpoint entered the key
 _SAMPLE_BYTES = 1 << 20  # hashed from each end of a weights file
@@ -30,7 +30,7 @@ def cache_identity(cfg: RoleConfig) -> dict[str, str]:
         return ident | {"endpoint": " ".join(sorted({normalize_url(u) for u in cfg.endpoints}))}
     if cfg.backend == "llamacpp":
         return ident | {"model_file": _gguf_fingerprint(cfg.model)}
-    if cfg.backend == "transformers":
+    if cfg.backend == "transformers" or cfg.model.startswith(TRAINING_PREFIX):  # vllm serves trained models too
         return ident | {"model_file": served_fingerprint(cfg.model)}
     local = Path(cfg.model).expanduser()
     return ident | {"model_file": fingerprint(local)} if local.exists() else ident

