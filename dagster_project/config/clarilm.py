@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from dagster_project.config.base import Strict
+from dagster_project.config.clarifymt import ExternalDatasetConfig
 from dagster_project.config.dedup import DedupSearch
 
 
@@ -106,3 +107,6 @@ class AnnotationsConfig(Strict):
     system_prompt: str = ("Decide whether the user's request needs clarification. Start with 'Need clarification: "
                           "yes' and ask one clarifying question, or 'Need clarification: no' and answer.")
     export_jsonl: bool = True
+    # annotations/sft_external_dataset: public datasets (their training files, not the evaluated ones) as SFT rows
+    # in the same template, for the SFT-IN3 / SFT-Full baselines (training.models clarilm_sft_external / _full)
+    sft_external: dict[str, ExternalDatasetConfig] = Field(default_factory=dict)

@@ -8,7 +8,9 @@ from pydantic import Field, model_validator
 
 from dagster_project.config.base import Strict
 
-ModelName = Literal["clarilm_sft", "clarilm_dpo", "double_turn_sft", "double_turn_dpo", "single_turn_dpo",
+# clarilm_sft_external / _ql / _full: ClariLM Table 2's SFT baselines (SFT-IN3, SFT-Q^L only, SFT-Full)
+ModelName = Literal["clarilm_sft", "clarilm_dpo", "clarilm_sft_external", "clarilm_sft_ql", "clarilm_sft_full",
+                    "double_turn_sft", "double_turn_dpo", "single_turn_dpo",
                     "intents_tuned", "reranker_finetuned"]
 MODEL_NAMES: tuple[str, ...] = ModelName.__args__  # type: ignore[attr-defined]
 

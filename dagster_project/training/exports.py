@@ -26,6 +26,11 @@ from dagster_project.lib.warehouse import ASSETS_DIR, read_asset
 TRAINED_ON: dict[str, tuple[str, ...]] = {
     "clarilm_sft": ("annotations/sft_dataset",),
     "clarilm_dpo": ("annotations/dpo_dataset", "annotations/sft_dataset"),
+    # ClariLM's SFT baselines: SFT-IN3 (an imported training set), SFT-Q^L only (sft_dataset's log questions: the
+    # whole export is checked), SFT-Full (both)
+    "clarilm_sft_external": ("annotations/sft_external_dataset",),
+    "clarilm_sft_ql": ("annotations/sft_dataset",),
+    "clarilm_sft_full": ("annotations/sft_dataset", "annotations/sft_external_dataset"),
     "double_turn_sft": ("double_turn/training_exports:sft_dataset",),
     "double_turn_dpo": ("double_turn/training_exports:dpo_dataset", "double_turn/training_exports:sft_dataset"),
     "single_turn_dpo": ("double_turn/training_exports:dpo_single_turn", "double_turn/training_exports:sft_dataset"),

@@ -11,7 +11,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_demo_params_train_every_model_briefly_on_cpu():
     t = load_params(REPO / "params.yaml").training
-    assert t.device == "cpu" and t.base_model == "smollm2-135m-instruct" and list(t.models) == list(MODEL_NAMES)
+    assert t.device == "cpu" and t.base_model == "smollm2-135m-instruct"
+    opt_in = {"clarilm_sft_ql", "clarilm_sft_full"}  # ClariLM's other SFT baselines (params.gpu.yaml trains them)
+    assert list(t.models) == [m for m in MODEL_NAMES if m not in opt_in]  # every other model, in order
     assert 0 < t.sft.max_steps <= 10 and 0 < t.dpo.max_steps <= 10  # the demo must stay short on 2 cores
     assert t.lora.r == 8 and t.dpo.beta == 0.1
 

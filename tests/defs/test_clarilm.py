@@ -338,8 +338,11 @@ def test_facets_group(tmp_path, monkeypatch):
 def test_annotations_group_and_trl_exports(tmp_path, monkeypatch):
     from datasets import load_dataset
 
+    in3 = {"format": "in3", "path": "data/external/in3_sample.jsonl"}
     result = _run(tmp_path, monkeypatch, [logs, questions, facets, annotations], questions={"max_selected": 4},
-                  facets={"log_samples": 2}, annotations={"max_question_pairs": 1})
+                  facets={"log_samples": 2}, evaluation={"datasets": ["clarifymt", "in3"], "external": {"in3": in3}},
+                  annotations={"max_question_pairs": 1, "sft_external": {
+                      "in3_train": {"format": "in3", "path": "data/external/in3_train_sample.jsonl"}}})
     assert result.success
     assert {"gx_cotap_annotations", "gx_preference_pairs", "gx_sft_dataset", "gx_dpo_dataset",
             "gx_held_out_set"} <= _checks_pass(result)
@@ -370,6 +373,17 @@ def test_annotations_group_and_trl_exports(tmp_path, monkeypatch):
     assert [m["role"] for m in s[0]["messages"]] == ["system", "user", "assistant"]
     assert d[0]["prompt"][-1]["role"] == "user" and d[0]["chosen"][0]["content"].startswith("Need clarification:")
     assert _read(tmp_path, "annotations", "held_out_set").height == 0  # test_fraction 0.1 of 4 rounds to none
+    # SFT-IN3's export from the shipped IN3 training sample: 9 records, one quarantined, one task that is an
+    # evaluated IN3 item (evaluation.external.in3) not kept; the two non-vague tasks answered by the answerer
+    ext = _read(tmp_path, "annotations", "sft_external_dataset")
+    assert "gx_sft_external_dataset" in _checks_pass(result)
+    assert (ext.height, ext.filter("kept").height) == (8, 7)
+    assert ext.filter(~pl.col("kept"))["reason"].to_list() == ["in_evaluation_set"]
+    assert dict(ext.filter("kept").group_by("target_origin").len().iter_rows()) == {"dataset": 5, "answerer": 2}
+    assert _read(tmp_path, "annotations", "sft_external_dataset_rejected")["field"].to_list() == ["vague"]
+    e = load_dataset("json", data_files=str(tmp_path / "assets/annotations/sft_external_dataset.jsonl"),
+                     split="train", cache_dir=hf)
+    assert e.column_names == ["messages"] and e.num_rows == 7
 
 
 def test_held_out_split_reaches_no_training_export(tmp_path, monkeypatch):

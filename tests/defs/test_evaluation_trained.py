@@ -207,8 +207,15 @@ def test_trained_subjects_and_their_references_are_evaluated_on_trained_datasets
     assert {s: subject_datasets(one, s) for s in one.llm.subjects} == {
         "smollm2": ["clarifymt", "clariq"], "other": ["clarifymt", "clariq"], "base_hf": ["clariq"], "sft": ["clariq"]}
     repo = load_params()
+    judged = {s for pair in repo.evaluation.judge_subject_pairs for s in pair}  # Fig. 4 pairs: also their datasets
     assert {s for s in repo.llm.subjects if subject_datasets(repo, s) == ["clarifymt"]} == set(repo.llm.subjects) - {
-        "smollm2"}
+        "smollm2"} - judged
+    extra = {"clarifymt", *repo.evaluation.judge_subject_datasets}
+    assert {s: subject_datasets(repo, s) for s in judged} == dict.fromkeys(
+        judged, [d for d in repo.evaluation.datasets if d in extra])
+    data["evaluation"] |= {"judge_subject_pairs": [["sft", "base_hf"]], "judge_subject_datasets": ["clarifymt"]}
+    pair = parse_params(data)
+    assert subject_datasets(pair, "sft") == subject_datasets(pair, "base_hf") == ["clarifymt", "clariq"]
 
 
 def test_the_predictions_stage_runs_once_per_rectangle_of_planned_keys_with_the_rows_of_one_run_per_key(

@@ -11,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from dagster_project.config import Params
+from dagster_project.config import CLARILM_DATASET, Params
 from dagster_project.core.clarilm.annotations import (
     TRL_DPO_COLUMNS,
     TRL_SFT_COLUMNS,
@@ -26,6 +26,9 @@ from dagster_project.core.clarilm.annotations import (
 from dagster_project.core.clarilm.annotations import (
     preference_pairs as build_pairs,
 )
+from dagster_project.core.clarilm.sft_baselines import SFT_EXTERNAL_SCHEMA, external_sft_rows, first_questions
+from dagster_project.core.clarifymt.external import import_dataset
+from dagster_project.io.records import InputFileError, Quarantine
 from dagster_project.io.status import Status
 from dagster_project.io.writers import write_jsonl_atomic
 from dagster_project.lib.assets import group_asset, upstream, value_counts
@@ -104,3 +107,63 @@ def held_out_set(context: dg.AssetExecutionContext, params: dg.ResourceParam[Par
     context.add_output_metadata({"questions": out.height, **value_counts(out, "reference_action", "reference_"),
                                  **value_counts(out, "status", "status_")})
     return out
+
+
+def evaluation_queries(params: Params, cotap_annotations: pl.DataFrame) -> tuple[list[str], dict[str, int]]:
+    """The first questions of the evaluation sets this group can see (ClariLM's held-out split clarilm_test and every
+    evaluation.external dataset in evaluation.datasets), and how many per set."""
+    queries, counts = [], {}
+    for name in params.evaluation.datasets:
+        if name == CLARILM_DATASET:
+            got = cotap_annotations.filter(pl.col("split") == "test")["question"].drop_nulls().to_list()
+        elif name in params.evaluation.external:
+            ds = params.evaluation.external[name]
+            try:
+                turns = import_dataset(name, ds.format, ds.path, ds.limit, ds.clariq_clarify_from,
+                                       ds.max_field_chars).turns
+            except InputFileError as err:
+                raise dg.Failure(description=f"evaluation.external.{name}: {err}") from None
+            got = first_questions(turns)["query"].drop_nulls().to_list()
+        else:
+            continue
+        queries += got
+        counts[name] = len(got)
+    return queries, counts
+
+
+@dg.multi_asset(
+    group_name=GROUP, can_subset=False, ins=upstream("annotations/cotap_annotations"),
+    outs={"sft_external_dataset": dg.AssetOut(key=[GROUP, "sft_external_dataset"], kinds={"polars"}),
+          "sft_external_dataset_rejected": dg.AssetOut(key=[GROUP, "sft_external_dataset_rejected"],
+                                                       kinds={"polars"})},
+)
+def sft_external_dataset(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                         llm: dg.ResourceParam[LLMResource], cotap_annotations: pl.DataFrame):
+    """annotations.sft_external (IN3 / ClariQ / ... training files) as SFT rows in ClariLM's template: the dataset's
+    clarify label + its clarifying question, or "no" + the answerer's answer (the data has none); a dialogue whose
+    first question is an evaluation query is not kept. Malformed records go to sft_external_dataset_rejected."""
+    cfg = params.annotations
+    held_out, counts = evaluation_queries(params, cotap_annotations)
+    turns, rejected, meta = [], Quarantine(), {}
+    for name, ds in cfg.sft_external.items():
+        try:
+            res = import_dataset(name, ds.format, ds.path, ds.limit, ds.clariq_clarify_from, ds.max_field_chars,
+                                 key=f"annotations.sft_external.{name}")
+        except InputFileError as err:
+            raise dg.Failure(description=str(err)) from None
+        turns.append(res.turns)
+        rejected.rows.extend(res.rejected.rows)
+        meta |= {f"{name}/{k}": v for k, v in res.summary().items()}
+    chat = llm.session(context)
+    out = (external_sft_rows(chat, pl.concat(turns), cfg.system_prompt, held_out, cfg.answer_max_tokens)
+           if turns else pl.DataFrame(schema=SFT_EXTERNAL_SCHEMA))
+    out = out.with_columns(source=pl.lit("annotations.sft_external"))
+    kept = out.filter(pl.col("kept"))
+    if cfg.export_jsonl:
+        meta["jsonl"] = _write_jsonl(trl_export(kept, TRL_SFT_COLUMNS), "sft_external_dataset")
+    context.add_output_metadata({
+        **chat.usage(), **meta, "examples": kept.height, "not_kept": out.height - kept.height,
+        **value_counts(out, "reason", "not_kept_"), **value_counts(kept, "decision", "decision_"),
+        **{f"evaluation_queries_{k}": v for k, v in counts.items()}}, output_name="sft_external_dataset")
+    context.add_output_metadata({"rejected": len(rejected)}, output_name="sft_external_dataset_rejected")
+    return out, rejected.frame()

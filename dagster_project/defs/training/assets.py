@@ -1,6 +1,7 @@
 """Group `training`: one asset per trained model, each reading the export it trains on (lineage export -> model).
 
 annotations/sft_dataset -> clarilm_sft -> clarilm_dpo <- annotations/dpo_dataset        (ClariLM: SFT, then DPO)
+annotations/sft_external_dataset, sft_dataset -> clarilm_sft_external / _ql / _full    (ClariLM's SFT baselines)
 double_turn/training_exports -> double_turn_sft -> double_turn_dpo, single_turn_dpo     (SFT, then DPO per labelling)
 intents/training_conversations -> intents_tuned (+ one model per sweep percentile)     (SDRS-filtered tuning)
 retrieval/reranker_training + documents -> reranker_finetuned -> reranker_eval        (ClariMM fine-tuned baseline)
@@ -17,6 +18,7 @@ import dagster as dg
 import polars as pl
 
 from dagster_project.config import Params
+from dagster_project.core.clarilm.sft_baselines import baseline_rows
 from dagster_project.core.retrieval.metrics import ranking_metrics
 from dagster_project.core.training.formats import trl_dpo_rows, trl_sft_rows
 from dagster_project.core.training.sets import (
@@ -117,6 +119,7 @@ def build(params: Params) -> dg.Definitions:
 
     if "clarilm_dpo" in enabled:
         assets.append(_clarilm_dpo_asset(asset, after_sft="clarilm_sft" in enabled))
+    assets.extend(_clarilm_sft_baselines(asset, enabled))
 
     if "double_turn_sft" in enabled:
         @asset(ins=upstream("double_turn/training_exports"))
@@ -154,6 +157,31 @@ def build(params: Params) -> dg.Definitions:
     if "reranker_finetuned" in enabled:
         assets.extend(_reranker_assets(asset))
     return dg.Definitions(assets=assets)
+
+
+CLARILM_BASELINES = {  # model -> the annotations exports it reads
+    "clarilm_sft_external": ("annotations/sft_external_dataset",),
+    "clarilm_sft_ql": ("annotations/sft_dataset",),
+    "clarilm_sft_full": ("annotations/sft_dataset", "annotations/sft_external_dataset"),
+}
+
+
+def _clarilm_sft_baselines(asset: Any, enabled: set[str]) -> list[Any]:
+    """ClariLM Table 2's SFT baselines: clarilm_sft's recipe and template on other data (sft_baselines.baseline_rows);
+    training.per_model.clarilm_sft's settings apply to them too."""
+    return [_clarilm_baseline_asset(asset, name, refs) for name, refs in CLARILM_BASELINES.items() if name in enabled]
+
+
+def _clarilm_baseline_asset(asset: Any, name: str, refs: tuple[str, ...]) -> Any:
+    @asset(name=name, ins=upstream(*refs), description=baseline_rows.__doc__)
+    def _baseline(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                  **exports: pl.DataFrame) -> pl.DataFrame:
+        source = "+".join(refs)
+        rows = trl_sft_rows(baseline_rows(name, exports.get("sft_dataset"), exports.get("sft_external_dataset")),
+                            source)
+        job = LMJob(name, "sft", rows, source, template=model_template(name, params).record())
+        return _emit(context, _table([_lm(params, job)]))
+    return _baseline
 
 
 def sft_stage_missing(sft: pl.DataFrame, sft_name: str, dpo_name: str) -> str | None:
