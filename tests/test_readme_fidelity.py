@@ -245,5 +245,16 @@ def test_retrieval_sessions_of_2_to_4_turns_demo_2_per_length():
 
 
 def test_fm_log_a_3_shot_prompt_stands_in_for_the_fine_tuned_model():
-    claim("a 3-shot prompt stands in for the paper's fine-tuned FM-LOG model")
+    claim("by default a 3-shot prompt stands in for the paper's fine-tuned FM-LOG model")
     assert DEMO.facets.log_demos == 3
+    assert "extractor:fm_log" not in DEMO.llm.roles and "fm_log" not in DEMO.training.models
+
+
+def test_fm_log_trained_model_on_kept_extractions_plus_6_demonstrations_in_the_same_prompt():
+    from dagster_project.core.clarilm.facets import FM_LOG
+    from dagster_project.core.clarilm.fm_log_data import fm_log_template, shipped_demonstrations
+
+    claim("Opt-in: `training/fm_log`, LoRA SFT of the base on the kept log extractions plus the extraction prompts' "
+          "6 positive demonstrations, in the same prompt")
+    assert shipped_demonstrations().height == 6
+    assert FM_LOG.role == "extractor:fm_log" and fm_log_template().user.startswith(FM_LOG.template.user.rstrip())

@@ -8,10 +8,12 @@ from pydantic import Field, model_validator
 
 from dagster_project.config.base import Strict
 
+# fm_log: ClariLM's FM-LOG facet miner (SFT on the logs group's kept extractions), served to the facets group through
+# llm.roles["extractor:fm_log"] (docs/fm-log.md)
 # clarilm_sft_external / _ql / _full: ClariLM Table 2's SFT baselines (SFT-IN3, SFT-Q^L only, SFT-Full)
 ModelName = Literal["clarilm_sft", "clarilm_dpo", "clarilm_sft_external", "clarilm_sft_ql", "clarilm_sft_full",
                     "double_turn_sft", "double_turn_dpo", "single_turn_dpo",
-                    "intents_tuned", "reranker_finetuned"]
+                    "intents_tuned", "reranker_finetuned", "fm_log"]
 MODEL_NAMES: tuple[str, ...] = ModelName.__args__  # type: ignore[attr-defined]
 
 

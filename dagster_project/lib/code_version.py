@@ -66,10 +66,8 @@ def _children(obj: Any) -> Iterable[Any]:
     return []
 
 
-def reachable(fn: Any) -> tuple[set[str], set[str]]:
-    """(prompt names, project modules) reachable from ``fn``."""
-    prompts: set[str] = set()
-    modules: set[str] = set()
+def _walk(fn: Any) -> Iterator[Any]:
+    """Every object reachable from ``fn`` (through _children), once each."""
     seen: dict[int, Any] = {}  # holds every visited object, so no id is reused by a later temporary
     stack = [fn]
     while stack:
@@ -77,14 +75,28 @@ def reachable(fn: Any) -> tuple[set[str], set[str]]:
         if id(obj) in seen or isinstance(obj, (str, bytes, int, float, bool, type(None))):
             continue
         seen[id(obj)] = obj
+        yield obj
+        stack.extend(_children(obj))
+
+
+def reachable(fn: Any) -> tuple[set[str], set[str]]:
+    """(prompt names, project modules) reachable from ``fn``."""
+    prompts: set[str] = set()
+    modules: set[str] = set()
+    for obj in _walk(fn):
         if isinstance(obj, LLMTask):
             prompts.add(obj.prompt)
         elif isinstance(obj, Prompt):
             prompts.add(obj.name)
         if (inspect.isfunction(obj) or inspect.isclass(obj)) and _ours(obj.__module__):
             modules.add(obj.__module__)
-        stack.extend(_children(obj))
     return prompts, modules
+
+
+def llm_tasks(fn: Any) -> list[LLMTask]:
+    """The LLM steps reachable from ``fn`` (their roles and prompts: what `clarify dvc-stages` checks a trained
+    role against)."""
+    return [obj for obj in _walk(fn) if isinstance(obj, LLMTask)]
 
 
 def _core_package(module: str) -> str | None:

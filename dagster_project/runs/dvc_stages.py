@@ -144,12 +144,16 @@ def build_stages(params: Any, root: Path = ROOT) -> dict:
     """Every registered group's stage, then `metrics`, from the params (input paths) and the asset graph."""
     from dagster_project.defs.registry import GROUPS
     from dagster_project.definitions import group_definitions
-    from dagster_project.lib.code_version import compute_fn, reachable
+    from dagster_project.lib.code_version import compute_fn, llm_tasks, reachable
+    from dagster_project.defs.training.group import learned_template
+    from dagster_project.lib.trained_roles import apply_reads, trained_reads
 
     defs = group_definitions(params)
     specs = [(a, spec) for a in defs.assets or [] if hasattr(a, "specs") for spec in a.specs]
     suites = sorted(p.name for p in (root / "expectations").glob("*.yaml"))
     stages: dict[str, dict] = {}
+    tasks: dict[str, list] = {}
+    upstreams: dict[str, list[str]] = {}
     for group in GROUPS:
         own_specs = [spec for _, spec in specs if spec.key.path[0] == group.name]
         upstream = sorted(({d.asset_key.path[0] for spec in own_specs for d in spec.deps} | set(group.reads))
@@ -158,10 +162,13 @@ def build_stages(params: Any, root: Path = ROOT) -> dict:
         for a in dict.fromkeys(a for a, spec in specs if spec.key.path[0] == group.name):
             if a.is_executable:
                 prompts |= reachable(compute_fn(a))[0]
+                tasks.setdefault(group.name, []).extend(llm_tasks(compute_fn(a)))
         own = [f"expectations/{s}" for s in suites if s.startswith(f"{group.name}.")]
         rejected = any(spec.key.path[-1].endswith("_rejected") for spec in own_specs)
         template = ["expectations/_rejected.yaml"] if rejected else []
         stages[group.name] = stage(group, params, upstream, sorted(prompts), own + template, root)
+        upstreams[group.name] = upstream
+    apply_reads(stages, trained_reads(params, tasks, upstreams, learned_template))  # roles served by trained models
     reads = dict.fromkeys(x for g in GROUPS if g.metrics for x in (*g.metrics_reads, g.name))
     stages["metrics"] = {"cmd": "clarify metrics", "deps": [*(f"assets/{g}" for g in reads), PACKAGE],
                          "outs": [{"metrics": {"cache": False, "persist": True}},

@@ -9,6 +9,7 @@ from typing import Any
 import polars as pl
 
 from dagster_project.config import Params
+from dagster_project.core.clarilm.fm_log_data import fm_log_template
 from dagster_project.core.training.overlap import record_user_texts, user_texts
 from dagster_project.core.training.template import (
     TrainedTemplate,
@@ -58,6 +59,8 @@ def model_template(name: str, params: Params) -> TrainedTemplate:
         return double_turn_template(params.double_turn.subject_output)
     if family == "intents_tuned":
         return intents_template()
+    if family == "fm_log":
+        return fm_log_template()
     raise KeyError(f"training/{name}: no template known for it")
 
 

@@ -12,7 +12,8 @@ REPO = Path(__file__).resolve().parents[2]
 def test_demo_params_train_every_model_briefly_on_cpu():
     t = load_params(REPO / "params.yaml").training
     assert t.device == "cpu" and t.base_model == "smollm2-135m-instruct"
-    opt_in = {"clarilm_sft_ql", "clarilm_sft_full"}  # ClariLM's other SFT baselines (params.gpu.yaml trains them)
+    # ClariLM's other SFT baselines and the FM-LOG miner (docs/fm-log.md): params.gpu.yaml trains them
+    opt_in = {"clarilm_sft_ql", "clarilm_sft_full", "fm_log"}
     assert list(t.models) == [m for m in MODEL_NAMES if m not in opt_in]  # every other model, in order
     assert 0 < t.sft.max_steps <= 10 and 0 < t.dpo.max_steps <= 10  # the demo must stay short on 2 cores
     assert t.lora.r == 8 and t.dpo.beta == 0.1
@@ -26,6 +27,9 @@ def test_gpu_preset_names_a_real_model_bf16_cuda_each_papers_settings_and_a_fair
     assert (sft.sft.epochs, sft.sft.lr_scheduler, sft.sft.learning_rate, sft.sft.batch_size * sft.sft.grad_accum,
             sft.lora.r) == (1.0, "cosine", 1e-4, 32, 8)
     assert (dpo.dpo.beta, dpo.dpo.learning_rate, dpo.dpo.batch_size * dpo.dpo.grad_accum) == (0.1, 1e-5, 16)
+    fm = t.for_model("fm_log")  # ClariLM §4.5 trains FM-LOG with the same SFT settings
+    assert "fm_log" in t.models and (fm.sft.learning_rate, fm.sft.lr_scheduler, fm.sft.batch_size * fm.sft.grad_accum,
+                                     fm.lora.r) == (1e-4, "cosine", 32, 8)
     dt = t.for_model("double_turn_dpo")  # double-turn App. B
     assert (dt.dpo.learning_rate, dt.dpo.batch_size * dt.dpo.grad_accum) == (5e-6, 32)
     it = t.for_model("intents_tuned_p85")  # intents App. B, sweep models included

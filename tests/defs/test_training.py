@@ -29,8 +29,11 @@ OUTPUT = parse_params(PARAMS).double_turn.subject_output
 
 def _write_exports(root):
     a = root / "assets"
-    for g in ("annotations", "double_turn/exports", "intents", "retrieval"):
+    for g in ("annotations", "double_turn/exports", "intents", "retrieval", "logs"):
         (a / g).mkdir(parents=True, exist_ok=True)
+    pl.DataFrame({"candidate_id": ["c1:0>1", "c2:0>1"], "kept": [True, False], "q_i": ["Plan a trip.", "Hi"],
+                  "c": ["Where are you going?", None], "facet": ["destination", None]}
+                 ).write_parquet(a / "logs/log_clarifications.parquet")
     pl.DataFrame({"id": ["q1", "q2"], "messages": [[m("system", SYSTEM), m("user", "jaguar?"),
                                                     m("assistant", "Need clarification: yes\nAnimal or car?")],
                                                    [m("system", SYSTEM), m("user", "2+2?"),
@@ -105,9 +108,15 @@ def test_every_model_asset_reads_its_export(built):
     tmp, result, jobs = built
     assert result.success
     evaluations = result.get_asset_check_evaluations()
-    assert len(evaluations) == 7 and all(e.passed for e in evaluations)
-    assert sorted(jobs) == ["clarilm_dpo", "clarilm_sft", "double_turn_dpo", "double_turn_sft", "intents_tuned",
-                            "intents_tuned_p100", "intents_tuned_p50", "single_turn_dpo"]
+    assert len(evaluations) == 8 and all(e.passed for e in evaluations)
+    assert sorted(jobs) == ["clarilm_dpo", "clarilm_sft", "double_turn_dpo", "double_turn_sft", "fm_log",
+                            "intents_tuned", "intents_tuned_p100", "intents_tuned_p50", "single_turn_dpo"]
+    # FM-LOG: the one kept log pair, then the six positive demonstrations of the two extraction prompts
+    fm = jobs["fm_log"]
+    assert fm.kind == "sft" and fm.data_asset == "logs/log_clarifications" and len(fm.rows) == 7
+    assert fm.rows[0]["completion"] == [m("assistant", '{"facet": "destination", "clarifying_question": '
+                                                       '"Where are you going?"}')]
+    assert 'New request: "Plan a trip."' in fm.rows[0]["prompt"][-1]["content"]
     assert len(jobs["clarilm_sft"].rows) == 2 and jobs["clarilm_sft"].kind == "sft"
     assert jobs["clarilm_sft"].rows[0]["completion"] == [m("assistant", "Need clarification: yes\nAnimal or car?")]
     assert len(jobs["clarilm_dpo"].rows) == 1 and jobs["clarilm_dpo"].kind == "dpo"
@@ -161,7 +170,7 @@ def test_every_lm_records_the_template_of_its_export(built):
     parsers = {n: j.template["parser"] for n, j in jobs.items()}
     assert parsers == {"clarilm_sft": "clarilm_need_clarification", "clarilm_dpo": "clarilm_need_clarification",
                        "double_turn_sft": dt, "double_turn_dpo": dt, "single_turn_dpo": dt,
-                       "intents_tuned": "intent_name",
+                       "intents_tuned": "intent_name", "fm_log": "fm_log_facet",
                        "intents_tuned_p100": "intent_name", "intents_tuned_p50": "intent_name"}
     assert jobs["clarilm_sft"].template["system"] == params.annotations.system_prompt
 

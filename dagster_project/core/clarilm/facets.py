@@ -1,9 +1,11 @@
 """ClariLM §3.2 Clarification Facet Detection (CFD): FM-LOG, FM-LLM and their fusion.
 
 FM-LOG: the paper fine-tunes a facet miner on the (q_i, c, q_{i+1}, f) tuples mined from logs and samples
-k facets per question. Here the extractor role stands in for the fine-tuned miner: it is prompted with
-log-mined tuples as demonstrations (the same input -> output pairs the SFT would train on, see
-`fm_log_training_pairs`) and sampled k times; identical facets are removed (exact dedup).
+k facets per question. By default the extractor role stands in for the fine-tuned miner: it is prompted with
+log-mined tuples as demonstrations (the same input -> output pairs the SFT trains on, see `fm_log_training_pairs`)
+and sampled k times; identical facets are removed (exact dedup). The step asks role `extractor:fm_log`, which falls
+back to `extractor`: pointing it at `training/fm_log` (the training group's FM-LOG SFT) serves the trained miner
+with the same prompt, while the logs group's extraction keeps the prompted `extractor` (docs/fm-log.md).
 FM-LLM: a strong model (generator role) brainstorms facets with clarifying questions in one call.
 Fusion: F(x) = dedup(F_log(x) U F_llm(x)) with semantic dedup per question; each facet keeps its origin.
 """
@@ -56,7 +58,8 @@ def facet_list(max_facets: int) -> type[Reply]:
     return FacetList
 
 
-FM_LOG = LLMTask("clarilm_fm_log", role="extractor", reply=Facet, sampling={"max_tokens": 120})
+FM_LOG_ROLE = "extractor:fm_log"  # a named extractor: unset, llm.roles.extractor answers
+FM_LOG = LLMTask("clarilm_fm_log", role=FM_LOG_ROLE, reply=Facet, sampling={"max_tokens": 120})
 FM_LLM = LLMTask("clarilm_fm_llm", role="generator", sampling={"temperature": 0.7})
 
 
@@ -73,13 +76,17 @@ def fm_log_training_pairs(tuples: pl.DataFrame) -> pl.DataFrame:
         pl.col("q_i").alias("query"), "facet", pl.col("c").alias("clarifying_question"))
 
 
-def _demos(pairs: pl.DataFrame, n: int, rng: random.Random) -> str:
-    rows = pairs.to_dicts()
-    picked = rng.sample(rows, min(n, len(rows)))
+def demo_block(picked: list[dict[str, Any]]) -> str:
+    """The FM-LOG prompt's $examples: one line per (query, facet, clarifying_question) demonstration."""
     if not picked:
         return "(no logged examples)"
     return "\n".join(f'- Request: "{r["query"]}" -> facet: "{r["facet"]}", question: "{r["clarifying_question"]}"'
                      for r in picked)
+
+
+def _demos(pairs: pl.DataFrame, n: int, rng: random.Random) -> str:
+    rows = pairs.to_dicts()
+    return demo_block(rng.sample(rows, min(n, len(rows))))
 
 
 def _base(q: dict[str, Any]) -> dict[str, Any]:

@@ -76,12 +76,22 @@ def _intent_name(reply: str, candidates: Sequence[str] | None = None, **_: Any) 
     return Decision(action, r.text if action != "invalid" else reply)
 
 
+def _facet_json(reply: str, **_: Any) -> Decision:
+    """The FM-LOG facet miner's JSON {"facet", "clarifying_question"}: a clarifying question about the facet."""
+    obj, _err, _repaired = parse_json_object(reply, lenient=True)
+    if isinstance(obj, dict) and all(isinstance(obj.get(k), str) and obj[k].strip()
+                                     for k in ("facet", "clarifying_question")):
+        return Decision("clarify", obj["clarifying_question"].strip())
+    return Decision("invalid", reply)
+
+
 PARSERS: dict[str, Callable[..., Decision]] = {
     "clarifymt_protocol": lambda reply, **_: parse_decision(reply),
     "clarilm_need_clarification": _clarilm,
     "double_turn_json": _double_turn_json,
     "double_turn_text": _double_turn_text,
     "intent_name": _intent_name,
+    "fm_log_facet": _facet_json,
 }
 
 

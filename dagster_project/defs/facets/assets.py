@@ -6,6 +6,7 @@ import polars as pl
 from dagster_project.config import Params
 from dagster_project.core.shared.dedup import ann_search
 from dagster_project.core.clarilm.facets import (
+    FM_LOG,
     fm_llm,
     fm_log,
     fm_log_training_pairs,
@@ -13,6 +14,7 @@ from dagster_project.core.clarilm.facets import (
 )
 from dagster_project.lib.assets import group_asset, status_counts, upstream
 from dagster_project.lib.resources import EmbedderResource, LLMResource
+from dagster_project.llm.trained import training_name
 
 asset = group_asset("facets")
 
@@ -22,13 +24,18 @@ def facet_candidates_log(context: dg.AssetExecutionContext, params: dg.ResourceP
                          llm: dg.ResourceParam[LLMResource], question_set: pl.DataFrame,
                          log_clarifications: pl.DataFrame) -> pl.DataFrame:
     """FM-LOG: k sampled (facet, clarifying question) per selected question, demos from log-mined tuples;
-    identical facets of one question are marked exact_duplicate."""
+    identical facets of one question are marked exact_duplicate. The metadata's fm_log_miner says which model ran:
+    the prompted stand-in, or the trained training/fm_log when llm.roles["extractor:fm_log"] names it."""
     cfg = params.facets
     questions = question_set.filter(pl.col("selected"))
     pairs = fm_log_training_pairs(log_clarifications)
     chat = llm.session(context)
     out = fm_log(chat, questions, pairs, cfg.log_samples, cfg.log_demos, cfg.log_temperature, cfg.log_top_p, cfg.seed)
-    context.add_output_metadata({**chat.usage(), "questions": questions.height, "log_demo_pool": pairs.height,
+    role = params.llm.role(FM_LOG.role)
+    miner = (f"trained {role.model}" if training_name(role.model)
+             else f"prompted {cfg.log_demos}-shot stand-in ({role.backend}:{role.model})")
+    context.add_output_metadata({**chat.usage(), "fm_log_miner": miner, "questions": questions.height,
+                                 "log_demo_pool": pairs.height,
                                  "samples": out.height, "kept": int(out["kept"].sum()), **status_counts(out)})
     return out
 

@@ -1,6 +1,7 @@
 """Group `training`: one asset per trained model, each reading the export it trains on (lineage export -> model).
 
 annotations/sft_dataset -> clarilm_sft -> clarilm_dpo <- annotations/dpo_dataset        (ClariLM: SFT, then DPO)
+logs/log_clarifications -> fm_log                                                      (ClariLM's FM-LOG facet miner)
 annotations/sft_external_dataset, sft_dataset -> clarilm_sft_external / _ql / _full    (ClariLM's SFT baselines)
 double_turn/training_exports -> double_turn_sft -> double_turn_dpo, single_turn_dpo     (SFT, then DPO per labelling)
 intents/training_conversations -> intents_tuned (+ one model per sweep percentile)     (SDRS-filtered tuning)
@@ -18,6 +19,8 @@ import dagster as dg
 import polars as pl
 
 from dagster_project.config import Params
+from dagster_project.core.clarilm.facets import fm_log_training_pairs
+from dagster_project.core.clarilm.fm_log_data import sft_rows, training_pairs
 from dagster_project.core.clarilm.sft_baselines import baseline_rows
 from dagster_project.core.retrieval.metrics import ranking_metrics
 from dagster_project.core.training.formats import trl_dpo_rows, trl_sft_rows
@@ -153,6 +156,23 @@ def build(params: Params) -> dg.Definitions:
             return _emit(context, _table([_lm(params, LMJob(n, "sft", trl_sft_rows(recs, src), src, template=template))
                                           for n, recs in sets.items()]))
         assets.append(intents_tuned)
+
+    if "fm_log" in enabled:
+        @asset(ins=upstream("logs/log_clarifications"))
+        def fm_log(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                   log_clarifications: pl.DataFrame) -> pl.DataFrame:
+            """ClariLM FM-LOG (§3.2.2): SFT on the kept log-mined (q_i -> f, c) pairs plus the extraction prompts'
+            positive demonstrations, in the FM-LOG prompt with facets.log_demos log demonstrations (as the facets
+            group asks it). Read at run time by the facets group when llm.roles["extractor:fm_log"] names it."""
+            log_pairs = fm_log_training_pairs(log_clarifications)
+            pairs = training_pairs(log_pairs)
+            rows = sft_rows(pairs, log_pairs, params.facets.log_demos, params.facets.seed)
+            context.add_output_metadata({"log_pairs": int((pairs["origin"] == "log").sum()),
+                                         "shipped_pairs": int((pairs["origin"] == "shipped").sum())})
+            job = LMJob("fm_log", "sft", rows, "logs/log_clarifications",
+                        template=model_template("fm_log", params).record())
+            return _emit(context, _table([_lm(params, job)]))
+        assets.append(fm_log)
 
     if "reranker_finetuned" in enabled:
         assets.extend(_reranker_assets(asset))

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import polars as pl
 
-from dagster_project.config import MODEL_NAMES
+from dagster_project.config import MODEL_NAMES, Params
+from dagster_project.core.training.template import TrainedTemplate
 from dagster_project.defs.training import assets
 from dagster_project.lib.groups import GroupSpec
 from dagster_project.lib.headlines import nest, pick
 from dagster_project.lib.warehouse import read_asset
+from dagster_project.training.exports import model_template
 
 TRAINING_METRICS = ("rows", "steps", "final_loss", "wall_s", "tokens_per_s")
 
@@ -18,6 +20,12 @@ TRAINING_METRICS = ("rows", "steps", "final_loss", "wall_s", "tokens_per_s")
 def _models(base: Path) -> pl.DataFrame | None:
     tables = [t for name in MODEL_NAMES if (t := read_asset(base, "training", name)) is not None]
     return pl.concat(tables, how="diagonal_relaxed") if tables else None
+
+
+def learned_template(name: str, params: Params) -> TrainedTemplate:
+    """The prompt template training/<name> learns (`clarify dvc-stages` checks a role served by it against its
+    group's prompts; imported from here so the other stages' code deps stay without training/)."""
+    return model_template(name, params)
 
 
 def headlines(base: Path) -> list[tuple[str, pl.DataFrame | None]]:
@@ -43,8 +51,8 @@ GROUP = GroupSpec(
     name="training",
     build=assets.build,
     params=("training", "embedder", "intents.sweep_train", "intents.sweep_percentiles", "intents.require_correct",
-            "retrieval.ks"),
+            "retrieval.ks", "facets.log_demos", "facets.seed"),
     headlines=headlines,
     metrics=("training", metrics),
-    doc="LoRA SFT / DPO models (ClariLM, double-turn, intents) and the fine-tuned re-ranker",
+    doc="LoRA SFT / DPO models (ClariLM, FM-LOG, double-turn, intents) and the fine-tuned re-ranker",
 )
