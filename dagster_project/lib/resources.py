@@ -31,6 +31,16 @@ class LLMResource:
             tag = ""
         return LLMSession(self.client, progress=context.log.info, tag=tag)
 
+    def with_subjects(self, extra: dict[str, RoleConfig]) -> LLMResource:
+        """This resource with more subjects (e.g. a trained model params does not list), on the same backends,
+        cache and dry-run hook; itself when there is nothing new."""
+        config = self.client.config
+        extra = {name: role for name, role in extra.items() if name not in config.subjects}
+        if not extra:
+            return self
+        wider = config.model_copy(update={"subjects": {**config.subjects, **extra}})
+        return LLMResource(wider, self.client._factories, self.client.dry_run)  # noqa: SLF001 - same factories
+
 
 class EmbedderResource(dg.ConfigurableResource):
     """Sentence encoder for semantic dedup and similarity (params.yaml `embedder`: model name or local folder)."""

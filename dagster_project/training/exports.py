@@ -33,8 +33,10 @@ TRAINED_ON: dict[str, tuple[str, ...]] = {
     "clarilm_sft_ql": ("annotations/sft_dataset",),
     "clarilm_sft_full": ("annotations/sft_dataset", "annotations/sft_external_dataset"),
     "double_turn_sft": ("double_turn/training_exports:sft_dataset",),
-    "double_turn_dpo": ("double_turn/training_exports:dpo_dataset", "double_turn/training_exports:sft_dataset"),
-    "single_turn_dpo": ("double_turn/training_exports:dpo_single_turn", "double_turn/training_exports:sft_dataset"),
+    # the double-turn DPO models learn from the pairs of candidates sampled from double_turn_sft (training group)
+    "double_turn_dpo": ("training/double_turn_dpo_exports:dpo_dataset", "double_turn/training_exports:sft_dataset"),
+    "single_turn_dpo": ("training/double_turn_dpo_exports:dpo_single_turn",
+                        "double_turn/training_exports:sft_dataset"),
     "intents_tuned": ("intents/training_conversations",),
 }
 

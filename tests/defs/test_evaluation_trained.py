@@ -145,7 +145,7 @@ def test_clarilm_held_out_split_is_a_dataset_and_a_planted_overlap_blocks(tmp_pa
     assert check.metadata["overlap_annotations.sft_dataset"].value == 1 and check.metadata["exact_pairs"].value == 1
     assert "Book a flight" in check.metadata["pairs"].value and "book a FLIGHT!" in check.metadata["pairs"].value
     missing = check.metadata["missing_exports"].value  # dt's export was never built: nothing could be checked
-    assert any("double_turn/training_exports:dpo_dataset" in x for x in missing)
+    assert any("training/double_turn_dpo_exports:dpo_dataset" in x for x in missing)
     assert all("(trained on by dt)" in x and "does not exist" in x for x in missing)
     assert check.blocking and not (tmp_path / "assets/evaluation/report").exists()  # blocked: no report
 
@@ -158,23 +158,32 @@ def _held_out(questions):
     return held_out_turns(held, "clarilm_test")
 
 
+def mkdirs(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def test_held_out_disjoint_passes_only_without_overlap_and_reads_jsonl_exports(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     params = parse_params({"llm": {"subjects": {"dt": {"backend": "transformers", "model": "training/double_turn_dpo"},
                                                 "st": {"backend": "transformers", "model": "training/single_turn_dpo"}}},
                            "evaluation": {"methods": ["base"], "datasets": ["clarilm_test"]}})
-    (tmp_path / "assets/double_turn/exports").mkdir(parents=True)
+    exported = tmp_path / "assets/training/exports/double_turn/dpo_dataset.jsonl"
+    exported.parent.mkdir(parents=True)
     prompt = turn2_prompt("clarify_or_direct", "Who won the world cup?", params.double_turn.subject_output)
-    (tmp_path / "assets/double_turn/exports/dpo_dataset.jsonl").write_text(json.dumps(
-        {"prompt": prompt, "chosen": [{"role": "assistant", "content": "a"}],
-         "rejected": [{"role": "assistant", "content": "b"}]}) + "\n")
+    exported.write_text(json.dumps({"prompt": prompt, "chosen": [{"role": "assistant", "content": "a"}],
+                                    "rejected": [{"role": "assistant", "content": "b"}]}) + "\n")
     listed = trained_on("double_turn_dpo") + trained_on("single_turn_dpo")  # every export the two models read
-    names = sorted({ref.split(":")[1] for ref in listed} - {"dpo_dataset"})  # the others: listed, empty, not written
-    pl.DataFrame({"export": ["dpo_dataset", *names], "path": ["assets/double_turn/exports/dpo_dataset.jsonl",
-                                                              *[None] * len(names)],
-                  "rows": [1, *[0] * len(names)], "written": [True, *[False] * len(names)],
-                  "reason": [None, *["empty: no kept rows"] * len(names)]}
-                 ).write_parquet(tmp_path / "assets/double_turn/training_exports.parquet")
+    tables: dict[str, list[str]] = {}
+    for ref in sorted(set(listed)):  # per exports table, the names it lists
+        table, name = ref.split(":")
+        tables.setdefault(table, []).append(name)
+    for table, names in tables.items():  # dpo_dataset written, the others listed, empty, not written
+        written = [n == "dpo_dataset" for n in names]
+        pl.DataFrame({"export": names, "path": [str(exported) if w else None for w in written],
+                      "rows": [int(w) for w in written], "written": written,
+                      "reason": [None if w else "empty: no kept rows" for w in written]}
+                     ).write_parquet(mkdirs(tmp_path / f"assets/{table}.parquet"))
     embed = WordsEmbedder().encode
     clean = evaluation.held_out_disjoint(params, embed, external_dialogues=_held_out(["Plan my trip"]))
     assert clean.passed and clean.metadata["exports_checked"].value == len(set(listed))

@@ -1,6 +1,7 @@
 """The `training` group in-process on tiny hand-made exports: every model asset reads its export, the wiring
 (rows, SFT -> DPO adapter, intents sweep, an unwritten export -> skipped_no_data with its reason) with the LM
-trainer faked (tests/lib/test_lm_training.py trains for real), and a real 1-step re-ranker fine-tune + eval."""
+trainer faked (tests/lib/test_lm_training.py trains for real), and a real 1-step re-ranker fine-tune + eval. The
+double-turn DPO chain (it samples the SFT model through the LLM resource) is tests/defs/test_training_dpo_candidates.py."""
 
 import json
 
@@ -42,18 +43,14 @@ def _write_exports(root):
     pl.DataFrame({"id": ["p1"], "prompt": [[m("system", SYSTEM), m("user", "jaguar?")]],
                   "chosen": [[m("assistant", "Animal or car?")]],
                   "rejected": [[m("assistant", "A cat.")]]}).write_parquet(a / "annotations/dpo_dataset.parquet")
-    pair = {"prompt": turn2_prompt("clarify_or_direct", "who won?", OUTPUT),
-            "chosen": [m("assistant", '{"action":"clarify"}')],
-            "rejected": [m("assistant", '{"action":"answer"}')]}
-    same = {**pair, "rejected": pair["chosen"]}  # no preference: left out, and the table says so
-    (a / "double_turn/exports/dpo_dataset.jsonl").write_text("".join(json.dumps(p) + "\n" for p in (pair, pair, same)))
     sft = {"messages": [*turn2_prompt("clarify_or_direct", "who wrote it?", OUTPUT), m("assistant", "Mary Shelley")]}
     (a / "double_turn/exports/sft_dataset.jsonl").write_text(json.dumps(sft) + "\n")
     pl.DataFrame({"export": ["dpo_dataset", "dpo_single_turn", "sft_dataset"],
                   "path": ["assets/double_turn/exports/dpo_dataset.jsonl",
                            "assets/double_turn/exports/dpo_single_turn.jsonl",
                            "assets/double_turn/exports/sft_dataset.jsonl"],
-                  "rows": [2, 0, 1], "written": [True, False, True], "reason": [None, "empty: no kept rows", None]}
+                  "rows": [0, 0, 1], "written": [False, False, True],
+                  "reason": ["empty: no kept rows", "empty: no kept rows", None]}
                  ).write_parquet(a / "double_turn/training_exports.parquet")
     conv = [{"conversation_id": f"c{i}", "label_dropout": False, "sdrs": s, "outcome": "correct", "kept": k,
              "messages": [m("system", "intents"), m("user", f"u{i}"), m("assistant", "which order?"),
@@ -90,10 +87,11 @@ def built(tmp_path_factory):
         mp.setattr(training, "train_lm", fake_train)
         _write_exports(tmp)
         params = parse_params(PARAMS)
-        defs = training.build(params)
-        upstream = {k for a in defs.assets for k in a.dependency_keys} - {k for a in defs.assets for k in a.keys}
-        checks = build_checks({k for a in defs.assets for k in a.keys})
-        result = dg.materialize([*defs.assets, *checks, *(dg.SourceAsset(k) for k in upstream)],
+        built = [a for a in training.build(params).assets  # the double-turn DPO chain has its own test file
+                 if not any(k.path[-1].startswith(("double_turn_dpo", "single_turn_dpo")) for k in a.keys)]
+        upstream = {k for a in built for k in a.dependency_keys} - {k for a in built for k in a.keys}
+        checks = build_checks({k for a in built for k in a.keys})
+        result = dg.materialize([*built, *checks, *(dg.SourceAsset(k) for k in upstream)],
                                 resources={"io_manager": WarehouseIOManager(), "params": params})
     finally:
         mp.undo()
@@ -108,9 +106,9 @@ def test_every_model_asset_reads_its_export(built):
     tmp, result, jobs = built
     assert result.success
     evaluations = result.get_asset_check_evaluations()
-    assert len(evaluations) == 8 and all(e.passed for e in evaluations)
-    assert sorted(jobs) == ["clarilm_dpo", "clarilm_sft", "double_turn_dpo", "double_turn_sft", "fm_log",
-                            "intents_tuned", "intents_tuned_p100", "intents_tuned_p50", "single_turn_dpo"]
+    assert len(evaluations) == 6 and all(e.passed for e in evaluations)
+    assert sorted(jobs) == ["clarilm_dpo", "clarilm_sft", "double_turn_sft", "fm_log",
+                            "intents_tuned", "intents_tuned_p100", "intents_tuned_p50"]
     # FM-LOG: the one kept log pair, then the six positive demonstrations of the two extraction prompts
     fm = jobs["fm_log"]
     assert fm.kind == "sft" and fm.data_asset == "logs/log_clarifications" and len(fm.rows) == 7
@@ -121,12 +119,8 @@ def test_every_model_asset_reads_its_export(built):
     assert jobs["clarilm_sft"].rows[0]["completion"] == [m("assistant", "Need clarification: yes\nAnimal or car?")]
     assert len(jobs["clarilm_dpo"].rows) == 1 and jobs["clarilm_dpo"].kind == "dpo"
     assert str(jobs["clarilm_dpo"].init_adapter) == "assets/training/clarilm_sft/adapter"
-    assert len(jobs["double_turn_dpo"].rows) == 2
-    # the paper's chain: SFT on the SFT-stage export first, then DPO continues the SFT model
+    # the paper's chain starts with SFT on the SFT-stage export
     assert len(jobs["double_turn_sft"].rows) == 1 and jobs["double_turn_sft"].kind == "sft"
-    assert str(jobs["double_turn_dpo"].init_adapter) == "assets/training/double_turn_sft/adapter"
-    row = _read(tmp, "double_turn_dpo").row(0, named=True)
-    assert row["status"] == "trained" and row["reason"] == "left out 1 pair(s) whose chosen == rejected (records [3])"
 
 
 def test_intents_sweep_trains_one_model_per_percentile(built):
@@ -139,9 +133,11 @@ def test_intents_sweep_trains_one_model_per_percentile(built):
 
 def test_an_unwritten_export_is_skipped_with_its_reason(built):
     tmp, _, _ = built
-    row = _read(tmp, "single_turn_dpo").row(0, named=True)
-    assert row["status"] == "skipped_no_data" and row["folder"] is None
-    assert row["reason"] == "double_turn export dpo_single_turn not written (empty: no kept rows)"
+    table = pl.read_parquet(tmp / "assets/double_turn/training_exports.parquet")
+    records, source, why = training._export_rows(table, "dpo_single_turn")
+    assert records == [] and source == "double_turn/training_exports:dpo_single_turn"
+    assert why == "double_turn export dpo_single_turn not written (empty: no kept rows)"
+    assert training._export_rows(table, "nope")[2] == "double_turn/training_exports lists no export 'nope'"
 
 
 def test_reranker_is_fine_tuned_and_compared_with_the_base(built):
@@ -169,7 +165,7 @@ def test_every_lm_records_the_template_of_its_export(built):
     dt = "double_turn_json" if params.double_turn.subject_output == "json" else "double_turn_text"
     parsers = {n: j.template["parser"] for n, j in jobs.items()}
     assert parsers == {"clarilm_sft": "clarilm_need_clarification", "clarilm_dpo": "clarilm_need_clarification",
-                       "double_turn_sft": dt, "double_turn_dpo": dt, "single_turn_dpo": dt,
+                       "double_turn_sft": dt,
                        "intents_tuned": "intent_name", "fm_log": "fm_log_facet",
                        "intents_tuned_p100": "intent_name", "intents_tuned_p50": "intent_name"}
     assert jobs["clarilm_sft"].template["system"] == params.annotations.system_prompt

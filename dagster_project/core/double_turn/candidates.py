@@ -44,8 +44,8 @@ CANDIDATE_SCHEMA = {
 }
 
 
-def _items(queries: pl.DataFrame, n_sampled: int, sampled: dict[str, Any], greedy: dict[str, Any],
-           extra: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def sampling_items(queries: pl.DataFrame, n_sampled: int, sampled: dict[str, Any], greedy: dict[str, Any],
+                   extra: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Per query: a greedy item and (when n_sampled > 0) a sampled one with n = n_sampled."""
     items = []
     for q in queries.iter_rows(named=True):
@@ -57,7 +57,8 @@ def _items(queries: pl.DataFrame, n_sampled: int, sampled: dict[str, Any], greed
     return items
 
 
-def _row(o: Outcome[dict[str, Any], Any], candidate_id: str, kind: str, **fields: Any) -> dict[str, Any]:
+def candidate_row(o: Outcome[dict[str, Any], Any], candidate_id: str, kind: str, **fields: Any) -> dict[str, Any]:
+    """One CANDIDATE_SCHEMA row of a reply (in the pairs when the call and its parse succeeded); `fields` override."""
     it = o.item
     return {"candidate_id": candidate_id, "query_id": it["query_id"], "question": it["question"], "kind": kind,
             "decoding": it["decoding"], "sample_index": o.sample, "clarifying_question": None, "answer": None,
@@ -70,8 +71,8 @@ def _clarify_rows(outcomes: list[Outcome[dict[str, Any], Clarification]]) -> lis
     for o in outcomes:
         start = 0 if o.item["decoding"] == "greedy" else 1
         cq = o.value.clarifying_question.strip() if o.ok and o.value else None
-        rows.append(_row(o, f"{o.item['query_id']}:c{start + o.sample}", "clarify", clarifying_question=cq,
-                         text=clarify_text(cq) if cq else None))
+        rows.append(candidate_row(o, f"{o.item['query_id']}:c{start + o.sample}", "clarify", clarifying_question=cq,
+                                  text=clarify_text(cq) if cq else None))
     return rows
 
 
@@ -81,7 +82,7 @@ def _direct_rows(outcomes: list[Outcome[dict[str, Any], Answer]]) -> list[dict[s
     for o in outcomes:
         if o.item["decoding"] == "greedy":
             ans = answer_of(o)
-            rows.append(_row(o, f"{o.item['query_id']}:d", "direct", answer=ans, text=ans))
+            rows.append(candidate_row(o, f"{o.item['query_id']}:d", "direct", answer=ans, text=ans))
         else:
             pools.setdefault(o.item["query_id"], []).append(o)
     for qid, pool in pools.items():
@@ -93,8 +94,8 @@ def _direct_rows(outcomes: list[Outcome[dict[str, Any], Answer]]) -> list[dict[s
             in_top = bool(key) and key in top and key not in marked
             if in_top:
                 marked.add(key)
-            rows.append(_row(o, f"{qid}:s{o.sample}", "direct_sample", answer=ans, text=ans, in_pairs=False,
-                             reason="Direct-Ans sampled pool", in_topk=in_top))
+            rows.append(candidate_row(o, f"{qid}:s{o.sample}", "direct_sample", answer=ans, text=ans, in_pairs=False,
+                                      reason="Direct-Ans sampled pool", in_topk=in_top))
     return rows
 
 
@@ -108,22 +109,28 @@ def candidate_responses(chat: Chat, queries: pl.DataFrame, pool: list[tuple[str,
     few-shot chat prompt (shots from training queries only, see answers.shot_pool).
     """
     clarify = CLARIFY.run(
-        chat, _items(queries, cfg.n_clarify_sampled, {"temperature": cfg.clarify_temperature, "seed": cfg.seed},
-                     {"temperature": 0.0, "seed": cfg.seed}),
+        chat, sampling_items(queries, cfg.n_clarify_sampled, {"temperature": cfg.clarify_temperature, "seed": cfg.seed},
+                              {"temperature": 0.0, "seed": cfg.seed}),
         lambda it: {"question": it["question"]}, lambda it: it["sampling"])
     shots = {q: {"shots": pick_shots(pool, q, cfg.n_shots, cfg.seed, 0)} for q in queries["query_id"]}
     sampling = {"seed": cfg.seed, "max_tokens": cfg.answer_max_tokens}
     direct = ANSWER.run(
-        chat, _items(queries, cfg.n_direct_samples, sampling | {"temperature": cfg.sample_temperature},
-                     sampling | {"temperature": 0.0, "n": 1}, shots),
+        chat, sampling_items(queries, cfg.n_direct_samples, sampling | {"temperature": cfg.sample_temperature},
+                              sampling | {"temperature": 0.0, "n": 1}, shots),
         few_shot_values, lambda it: it["sampling"])
+    return candidate_table(queries, _clarify_rows(clarify) + _direct_rows(direct))
+
+
+def candidate_table(queries: pl.DataFrame, rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """The candidate rows grouped by query (in query order); a clarifying question equal (normalised) to an earlier
+    one of its query leaves the pairs as its duplicate."""
     by_query: dict[str, list[dict[str, Any]]] = {q: [] for q in queries["query_id"]}
-    for r in _clarify_rows(clarify) + _direct_rows(direct):
+    for r in rows:
         by_query[r["query_id"]].append(r)
     out = []
-    for rows in by_query.values():
+    for group in by_query.values():
         seen: dict[str, str] = {}
-        for r in rows:
+        for r in group:
             if r["kind"] == "clarify" and r["in_pairs"]:
                 key = normalize_answer(r["clarifying_question"])
                 if key in seen:

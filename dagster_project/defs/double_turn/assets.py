@@ -28,8 +28,8 @@ from dagster_project.core.double_turn import (
     split,
 )
 from dagster_project.core.shared.tables import markdown_table
-from dagster_project.io.writers import write_jsonl_atomic
 from dagster_project.lib.assets import group_asset, status_counts, upstream
+from dagster_project.lib.jsonl_exports import write_exports
 from dagster_project.lib.resources import LLMResource
 from dagster_project.lib.warehouse import ASSETS_DIR
 from dagster_project.llm.chat import usage_key
@@ -42,28 +42,6 @@ asset = group_asset(GROUP)
 
 def export_dir() -> Path:
     return Path(ASSETS_DIR) / GROUP / "exports"
-
-
-EXPORTS_SCHEMA = {"export": pl.Utf8, "path": pl.Utf8, "rows": pl.Int64, "written": pl.Boolean, "reason": pl.Utf8}
-
-
-def write_exports(context: dg.AssetExecutionContext, datasets: dict[str, list[dict[str, Any]]],
-                  blocked: str | None) -> pl.DataFrame:
-    """Each non-empty dataset as assets/double_turn/exports/<name>.jsonl (atomic). An empty one is not written
-    (a stale file of an earlier run is removed) and a warning names it; with ``blocked`` nothing is written.
-    One row per dataset says which."""
-    rows = []
-    for name, records in datasets.items():
-        path = export_dir() / f"{name}.jsonl"
-        reason = blocked or (None if records else "empty: no kept rows")
-        if reason is None:
-            write_jsonl_atomic(records, path)
-        else:
-            path.unlink(missing_ok=True)
-            context.log.warning(f"double_turn export {name} not written ({reason})")
-        rows.append({"export": name, "path": str(path), "rows": len(records), "written": reason is None,
-                     "reason": reason})
-    return pl.DataFrame(rows, schema=EXPORTS_SCHEMA)
 
 
 def simulators_same_model(params: Params) -> bool:
@@ -231,7 +209,7 @@ def training_exports(context: dg.AssetExecutionContext, params: dg.ResourceParam
     datasets = exports.sft_exports(clarify_sft, output) | exports.dpo_exports(preference_pairs, output)
     leaks = split.train_eval_overlap({"clarify_sft": clarify_sft, "preference_pairs": preference_pairs},
                                      datasets, qa_sets.filter(pl.col("use") == "eval"))
-    out = write_exports(context, datasets, f"blocked: {leaks.height} evaluation leak(s)" if leaks.height else None)
+    out = write_exports(context, export_dir(), datasets, f"blocked: {leaks.height} evaluation leak(s)" if leaks.height else None)
     yield dg.Output(out, metadata={
         "written": int(out["written"].sum()), "skipped_empty": out.filter(pl.col("reason").str.starts_with("empty"))["export"].to_list(),
         "rows": dg.MetadataValue.json(dict(zip(out["export"], out["rows"], strict=True))),

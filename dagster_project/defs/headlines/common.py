@@ -70,9 +70,4 @@ def unfair_reference(params: Params, subject: TrainedSubject) -> str | None:
 
 def with_subjects(llm: LLMResource, subjects: list[TrainedSubject]) -> LLMResource:
     """`llm` with the trained subjects params does not list added, on the same backends, cache and dry-run hook."""
-    config = llm.client.config
-    extra = {s.subject: s.role for s in subjects if s.subject not in config.subjects}
-    if not extra:
-        return llm
-    wider = config.model_copy(update={"subjects": {**config.subjects, **extra}})
-    return LLMResource(wider, llm.client._factories, llm.client.dry_run)  # noqa: SLF001 - same client, more subjects
+    return llm.with_subjects({s.subject: s.role for s in subjects})

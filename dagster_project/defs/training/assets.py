@@ -3,7 +3,8 @@
 annotations/sft_dataset -> clarilm_sft -> clarilm_dpo <- annotations/dpo_dataset        (ClariLM: SFT, then DPO)
 logs/log_clarifications -> fm_log                                                      (ClariLM's FM-LOG facet miner)
 annotations/sft_external_dataset, sft_dataset -> clarilm_sft_external / _ql / _full    (ClariLM's SFT baselines)
-double_turn/training_exports -> double_turn_sft -> double_turn_dpo, single_turn_dpo     (SFT, then DPO per labelling)
+double_turn/training_exports -> double_turn_sft -> double_turn_dpo_candidates -> ... -> double_turn_dpo_exports
+    -> double_turn_dpo, single_turn_dpo            (SFT, DPO candidates sampled from it, DPO per labelling)
 intents/training_conversations -> intents_tuned (+ one model per sweep percentile)     (SDRS-filtered tuning)
 retrieval/reranker_training + documents -> reranker_finetuned -> reranker_eval        (ClariMM fine-tuned baseline)
 
@@ -71,15 +72,16 @@ def _frame_records(df: pl.DataFrame, columns: tuple[str, ...]) -> list[dict[str,
     return df.select(columns).to_dicts() if df.height else []
 
 
-def _export_rows(exports: pl.DataFrame, name: str) -> tuple[list[dict[str, Any]], str, str | None]:
-    """(records, source, why empty) of one double_turn export named in its training_exports table."""
+def _export_rows(exports: pl.DataFrame, name: str, table: str = "double_turn/training_exports"
+                 ) -> tuple[list[dict[str, Any]], str, str | None]:
+    """(records, source, why empty) of one JSONL export named in its exports table (`table`, lib/jsonl_exports.py)."""
     hit = exports.filter(pl.col("export") == name)
-    source = f"double_turn/training_exports:{name}"
+    source = f"{table}:{name}"
     if hit.is_empty():
-        return [], source, f"double_turn/training_exports lists no export {name!r}"
+        return [], source, f"{table} lists no export {name!r}"
     r = hit.row(0, named=True)
     if not r["written"]:
-        return [], source, f"double_turn export {name} not written ({r['reason']})"
+        return [], source, f"{table.split('/')[0]} export {name} not written ({r['reason']})"
     return jsonl_records(r["path"]), r["path"], None
 
 
@@ -136,9 +138,9 @@ def build(params: Params) -> dg.Definitions:
             return _emit(context, _table([_lm(params, job, why)]))
         assets.append(double_turn_sft)
 
-    for name, export in (("double_turn_dpo", "dpo_dataset"), ("single_turn_dpo", "dpo_single_turn")):
-        if name in enabled:
-            assets.append(_double_turn_asset(asset, name, export, after_sft="double_turn_sft" in enabled))
+    from dagster_project.defs.training import double_turn_dpo  # it builds on this module's helpers
+
+    assets.extend(double_turn_dpo.assets(asset, enabled))
 
     if "intents_tuned" in enabled:
         @asset(ins=upstream("intents/training_conversations"))
@@ -245,39 +247,6 @@ def _clarilm_dpo_asset(asset: Any, after_sft: bool) -> Any:
                         dpo_dataset: pl.DataFrame) -> pl.DataFrame:
             return _clarilm_dpo(context, params, dpo_dataset, None)
     return clarilm_dpo
-
-
-def _double_turn_dpo(context: dg.AssetExecutionContext, params: Params, name: str, export: str,
-                     training_exports: pl.DataFrame, sft: pl.DataFrame | None) -> pl.DataFrame:
-    records, source, why = _export_rows(training_exports, export)
-    rows, same = trl_dpo_rows(records, source)
-    init = None
-    if sft is not None:
-        missing = sft_stage_missing(sft, "double_turn_sft", name)
-        if missing:
-            context.log.warning(missing)
-            return _emit(context, _table([result_row(name, "dpo", "skipped_no_data", f"double_turn/{export}",
-                                                     len(rows), missing)]))
-        init = models_root() / "double_turn_sft" / ADAPTER
-    job = LMJob(name, "dpo", rows, f"double_turn/{export}", init, template=model_template(name, params).record())
-    return _emit(context, _table([_lm(params, job, why, same)]))
-
-
-def _double_turn_asset(asset: Any, name: str, export: str, after_sft: bool) -> Any:
-    doc = (f"DPO on the double_turn {export} export (Clarify-or-Direct prompt), continuing training/double_turn_sft "
-           "when it is built (the paper: SFT first, DPO from the SFT model; its adapter is recorded as init_adapter), "
-           "else from the base; Table 1 compares double-turn vs single-turn labelling.")
-    if after_sft:
-        @asset(name=name, description=doc, ins=upstream("double_turn/training_exports", "training/double_turn_sft"))
-        def _dpo(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
-                 training_exports: pl.DataFrame, double_turn_sft: pl.DataFrame) -> pl.DataFrame:
-            return _double_turn_dpo(context, params, name, export, training_exports, double_turn_sft)
-    else:
-        @asset(name=name, description=doc, ins=upstream("double_turn/training_exports"))
-        def _dpo(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
-                 training_exports: pl.DataFrame) -> pl.DataFrame:
-            return _double_turn_dpo(context, params, name, export, training_exports, None)
-    return _dpo
 
 
 def _reranker_assets(asset: Any) -> list[Any]:

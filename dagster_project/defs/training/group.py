@@ -51,7 +51,9 @@ GROUP = GroupSpec(
     name="training",
     build=assets.build,
     params=("training", "embedder", "intents.sweep_train", "intents.sweep_percentiles", "intents.require_correct",
-            "retrieval.ks", "facets.log_demos", "facets.seed"),
+            "retrieval.ks", "facets.log_demos", "facets.seed",
+            # the double-turn DPO chain asks the SFT model, the simulated users, the answerer and the judge
+            "llm", "double_turn", "evaluation.trained_baseline"),
     headlines=headlines,
     metrics=("training", metrics),
     doc="LoRA SFT / DPO models (ClariLM, FM-LOG, double-turn, intents) and the fine-tuned re-ranker",
