@@ -247,14 +247,19 @@ def check_shape(name: str, shape: dict[str, Any], args: argparse.Namespace, work
         from dagster_project.llm.backends.vllm import VLLMBackend
 
         reset_memory(device)
-        vrole = RoleConfig(backend="vllm", model=str(base), max_tokens=args.new_tokens,
+        vrole = RoleConfig(backend="vllm", model="training/check_dpo", max_tokens=args.new_tokens,
                            engine_kwargs={"gpu_memory_utilization": 0.5, "max_model_len": 2048})
-        engine = VLLMBackend(vrole)
+        os.chdir(work)  # the trained model, served as its base + the SFT+DPO stack as one LoRA adapter
         try:
-            v = serve(vrole, engine, work, chat_requests(n, args.prompt_words, 0.7, args.new_tokens, 3), False, device)
+            engine = VLLMBackend(vrole)
+            try:
+                v = serve(vrole, engine, work, chat_requests(n, args.prompt_words, 0.7, args.new_tokens, 3), False,
+                          device)
+            finally:
+                engine.close()
         finally:
-            engine.close()
-        out.append({"shape": name, "what": f"serve base weights with vLLM, {n} requests, T=0.7",
+            os.chdir(cwd)
+        out.append({"shape": name, "what": f"serve SFT+DPO as one LoRA adapter with vLLM, {n} requests, T=0.7",
                     "tokens_per_s": v["tokens_per_s"], "peak_gib": v["peak_gib"],
                     "note": f"vLLM / transformers {v['tokens_per_s'] / sampled['tokens_per_s']:.1f}x"})
     return out
