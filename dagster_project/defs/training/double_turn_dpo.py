@@ -50,8 +50,8 @@ def sft_subject(params: Params) -> tuple[str, RoleConfig]:
             return name, role
     ref = params.llm.subjects.get(params.evaluation.trained_baseline or "")
     base = ref if ref is not None else RoleConfig(backend="transformers")
-    return SFT, base.model_copy(update={"backend": "transformers" if base.backend != "vllm" else "vllm",
-                                        "model": model})
+    backend = "vllm" if base.backend == "vllm" else "transformers"  # the two backends that serve trained models
+    return SFT, base.model_copy(update={"backend": backend, "model": model})
 
 
 def _checked_template(params: Params, subject: str) -> None:
