@@ -13,7 +13,7 @@ from dagster_project.config.base import Strict
 # clarilm_sft_external / _ql / _full: ClariLM Table 2's SFT baselines (SFT-IN3, SFT-Q^L only, SFT-Full)
 ModelName = Literal["clarilm_sft", "clarilm_dpo", "clarilm_sft_external", "clarilm_sft_ql", "clarilm_sft_full",
                     "double_turn_sft", "double_turn_dpo", "single_turn_dpo",
-                    "intents_tuned", "reranker_finetuned", "fm_log"]
+                    "intents_tuned", "reranker_finetuned", "reranker_generative", "fm_log"]
 MODEL_NAMES: tuple[str, ...] = ModelName.__args__  # type: ignore[attr-defined]
 
 
@@ -66,6 +66,14 @@ class RerankerSettings(Strict):
     max_length: int = Field(128, gt=8)
 
 
+class YesNoRerankerSettings(Strict):
+    """The generative yes/no re-ranker (reranker_generative, LoRA SFT on the base model): its rows and its scoring."""
+
+    negatives: int = Field(1, ge=0)            # BM25 negatives ("no") per relevant document ("yes") of a train query
+    doc_chars: int = Field(400, gt=0)          # document characters in its prompt (cut at a word boundary)
+    batch_size: int = Field(8, gt=0)           # candidates scored per forward pass (retrieval_headline)
+
+
 class ModelSettings(Strict):
     """One model's own settings (a paper's): keys of `lora` / `sft` / `dpo` that replace the group-wide ones."""
 
@@ -88,6 +96,7 @@ class TrainingConfig(Strict):
     sft: SFTSettings = Field(default_factory=SFTSettings)
     dpo: DPOSettings = Field(default_factory=DPOSettings)
     reranker: RerankerSettings = Field(default_factory=RerankerSettings)
+    yes_no_reranker: YesNoRerankerSettings = Field(default_factory=YesNoRerankerSettings)
     models: list[ModelName] = Field(default_factory=lambda: list(MODEL_NAMES))
     per_model: dict[ModelName, ModelSettings] = Field(default_factory=dict)
     # held_out_disjoint: an evaluation query and a training text at or above this MiniLM cosine are near-duplicates

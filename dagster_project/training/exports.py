@@ -10,6 +10,7 @@ import polars as pl
 
 from dagster_project.config import Params
 from dagster_project.core.clarilm.fm_log_data import fm_log_template
+from dagster_project.core.retrieval import yes_no
 from dagster_project.core.training.overlap import record_user_texts, user_texts
 from dagster_project.core.training.template import (
     TrainedTemplate,
@@ -38,6 +39,7 @@ TRAINED_ON: dict[str, tuple[str, ...]] = {
     "single_turn_dpo": ("training/double_turn_dpo_exports:dpo_single_turn",
                         "double_turn/training_exports:sft_dataset"),
     "intents_tuned": ("intents/training_conversations",),
+    "reranker_generative": ("retrieval/reranker_training",),
 }
 
 
@@ -63,6 +65,8 @@ def model_template(name: str, params: Params) -> TrainedTemplate:
         return intents_template()
     if family == "fm_log":
         return fm_log_template()
+    if family == "reranker_generative":
+        return yes_no.template()
     raise KeyError(f"training/{name}: no template known for it")
 
 

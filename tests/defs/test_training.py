@@ -64,9 +64,11 @@ def _write_exports(root):
         a / "retrieval/documents.parquet")
     ex = [("q1|d1", "running shoes", "train", "d1", ["d2", "d4"]), ("q2|d3", "summer hat", "train", "d3", ["d4"]),
           ("q3|d4", "leather boots", "test", "d4", ["d1", "d2"])]
-    pl.DataFrame([{"example_id": e, "query_text": q, "split": s, "kept": True, "positive_doc_id": p,
-                   "negative_doc_ids": n, "candidate_doc_ids": [p, *n]} for e, q, s, p, n in ex]
+    pl.DataFrame([{"example_id": e, "query_id": e.split("|")[0], "query_text": q, "split": s, "kept": True,
+                   "positive_doc_id": p, "negative_doc_ids": n, "candidate_doc_ids": [p, *n]} for e, q, s, p, n in ex]
                  ).write_parquet(a / "retrieval/reranker_training.parquet")
+    pl.DataFrame({"query_id": ["q1", "q2", "q3"], "conversation": [f"User: {q}" for _, q, *_ in ex]}).write_parquet(
+        a / "retrieval/inferred_queries.parquet")
 
 
 @pytest.fixture(scope="module")
@@ -106,9 +108,9 @@ def test_every_model_asset_reads_its_export(built):
     tmp, result, jobs = built
     assert result.success
     evaluations = result.get_asset_check_evaluations()
-    assert len(evaluations) == 6 and all(e.passed for e in evaluations)
-    assert sorted(jobs) == ["clarilm_dpo", "clarilm_sft", "double_turn_sft", "fm_log",
-                            "intents_tuned", "intents_tuned_p100", "intents_tuned_p50"]
+    assert len(evaluations) == 7 and all(e.passed for e in evaluations)
+    assert sorted(jobs) == ["clarilm_dpo", "clarilm_sft", "double_turn_sft", "fm_log", "intents_tuned",
+                            "intents_tuned_p100", "intents_tuned_p50", "reranker_generative"]
     # FM-LOG: the one kept log pair, then the six positive demonstrations of the two extraction prompts
     fm = jobs["fm_log"]
     assert fm.kind == "sft" and fm.data_asset == "logs/log_clarifications" and len(fm.rows) == 7
@@ -140,6 +142,17 @@ def test_an_unwritten_export_is_skipped_with_its_reason(built):
     assert training._export_rows(table, "nope")[2] == "double_turn/training_exports lists no export 'nope'"
 
 
+def test_the_generative_reranker_learns_yes_and_no_on_the_train_split_only(built):
+    _, _, jobs = built
+    job = jobs["reranker_generative"]
+    assert job.kind == "sft" and job.data_asset == "retrieval/reranker_training"
+    # one BM25 negative per relevant document (training.yes_no_reranker.negatives), test query q3 left out
+    assert [r["completion"] for r in job.rows] == [[m("assistant", y)] for y in ("yes", "no", "yes", "no")]
+    users = [r["prompt"][-1]["content"] for r in job.rows]
+    assert "User: running shoes" in users[0] and "red running shoes for trail" in users[0]
+    assert "green wool socks" in users[1] and not any("leather boots" in u.split("Document:")[0] for u in users)
+
+
 def test_reranker_is_fine_tuned_and_compared_with_the_base(built):
     tmp, _, _ = built
     row = _read(tmp, "reranker_finetuned").row(0, named=True)
@@ -167,7 +180,8 @@ def test_every_lm_records_the_template_of_its_export(built):
     assert parsers == {"clarilm_sft": "clarilm_need_clarification", "clarilm_dpo": "clarilm_need_clarification",
                        "double_turn_sft": dt,
                        "intents_tuned": "intent_name", "fm_log": "fm_log_facet",
-                       "intents_tuned_p100": "intent_name", "intents_tuned_p50": "intent_name"}
+                       "intents_tuned_p100": "intent_name", "intents_tuned_p50": "intent_name",
+                       "reranker_generative": "yes_no"}
     assert jobs["clarilm_sft"].template["system"] == params.annotations.system_prompt
 
 

@@ -85,12 +85,22 @@ def _facet_json(reply: str, **_: Any) -> Decision:
     return Decision("invalid", reply)
 
 
+_YES_NO_RE = re.compile(r"^[\s\"'*_`]*(yes|no)\b", re.IGNORECASE)
+
+
+def _yes_no(reply: str, **_: Any) -> Decision:
+    """The yes/no relevance judgement of the generative re-ranker: answer "yes" or "no" (its first word)."""
+    m = _YES_NO_RE.match(reply)
+    return Decision("answer", m.group(1).lower()) if m else Decision("invalid", reply)
+
+
 PARSERS: dict[str, Callable[..., Decision]] = {
     "clarifymt_protocol": lambda reply, **_: parse_decision(reply),
     "clarilm_need_clarification": _clarilm,
     "double_turn_json": _double_turn_json,
     "double_turn_text": _double_turn_text,
     "intent_name": _intent_name,
+    "yes_no": _yes_no,
     "fm_log_facet": _facet_json,
 }
 

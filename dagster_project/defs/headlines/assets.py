@@ -13,7 +13,8 @@ from dagster_project.defs.headlines import double_turn, intents, retrieval
 
 def build(params: Params) -> dg.Definitions:
     """intents_trained_conversations + intents_headline with training/intents_tuned; the double_turn Table 1
-    assets with any double_turn model; retrieval_headline with training/reranker_finetuned."""
+    assets with any double_turn model; retrieval_headline with training/reranker_finetuned and/or
+    training/reranker_generative."""
     enabled = set(params.training.models)
     assets: list[Any] = []
     if "intents_tuned" in enabled:
@@ -21,6 +22,6 @@ def build(params: Params) -> dg.Definitions:
     if double_turn.models(params):
         assets += [double_turn.trained_interactions_asset(params), double_turn.double_turn_table1,
                    double_turn.double_turn_comparisons]
-    if "reranker_finetuned" in enabled:
-        assets.append(retrieval.retrieval_headline)
+    if enabled & set(retrieval.TRAINED_RERANKERS):
+        assets.append(retrieval.retrieval_headline_asset(params))
     return dg.Definitions(assets=assets)

@@ -55,7 +55,7 @@ GROUP = GroupSpec(
     build=assets.build,
     params=("llm", "quality", "evaluation.trained_baseline", "evaluation.significance_alpha",
             "evaluation.min_n_significance", "evaluation.ttest_min_n", "intents", "double_turn", "retrieval",
-            "training.models", "training.base_model"),
+            "training.models", "training.base_model", "training.device", "training.dtype", "training.yes_no_reranker"),
     headlines=headlines,
     metrics=("headlines", metrics),
     doc="Each paper's headline table with its trained models, in the paper's own evaluation, beside its numbers",

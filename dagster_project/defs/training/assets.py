@@ -7,6 +7,7 @@ double_turn/training_exports -> double_turn_sft -> double_turn_dpo_candidates ->
     -> double_turn_dpo, single_turn_dpo            (SFT, DPO candidates sampled from it, DPO per labelling)
 intents/training_conversations -> intents_tuned (+ one model per sweep percentile)     (SDRS-filtered tuning)
 retrieval/reranker_training + documents -> reranker_finetuned -> reranker_eval        (ClariMM fine-tuned baseline)
+retrieval/reranker_training + documents + inferred_queries -> reranker_generative     (ClariMM trained re-ranker: yes/no)
 
 Only the models named in training.models exist as assets. Each returns one row per model folder (trained,
 skipped_unchanged or skipped_no_data with the reason; a DPO model whose SFT stage built no model is skipped, never
@@ -178,6 +179,8 @@ def build(params: Params) -> dg.Definitions:
 
     if "reranker_finetuned" in enabled:
         assets.extend(_reranker_assets(asset))
+    if "reranker_generative" in enabled:
+        assets.append(_yes_no_asset(asset))
     return dg.Definitions(assets=assets)
 
 
@@ -292,6 +295,26 @@ def _reranker_assets(asset: Any) -> list[Any]:
         return out
 
     return [reranker_finetuned, reranker_eval]
+
+
+def _yes_no_asset(asset: Any) -> Any:
+    from dagster_project.core.retrieval.yes_no import sft_rows
+
+    @asset(ins=upstream("retrieval/reranker_training", "retrieval/documents", "retrieval/inferred_queries"))
+    def reranker_generative(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
+                            reranker_training: pl.DataFrame, documents: pl.DataFrame,
+                            inferred_queries: pl.DataFrame) -> pl.DataFrame:
+        """ClariMM's trained re-ranker, text only: LoRA SFT of the base model on the train facets' (conversation,
+        query, document) prompts, "yes" for the relevant document and "no" for BM25 negatives; the headlines group
+        scores it (and its untrained base) by P(yes) on the test facets."""
+        y = params.training.yes_no_reranker
+        conversations = dict(inferred_queries.select("query_id", "conversation").iter_rows())
+        rows = sft_rows(reranker_training, _doc_texts(documents), conversations, y.negatives, y.doc_chars)
+        job = LMJob("reranker_generative", "sft", rows, "retrieval/reranker_training",
+                    template=model_template("reranker_generative", params).record())
+        return _emit(context, _table([_lm(params, job)]))
+
+    return reranker_generative
 
 
 def _doc_texts(documents: pl.DataFrame) -> dict[str, str]:
