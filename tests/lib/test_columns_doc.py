@@ -13,6 +13,7 @@ from defs import (
     test_retrieval,
 )
 
+from dagster_project.config.training import MODEL_NAMES
 from dagster_project.definitions import defs as definitions
 from dagster_project.defs.annotations import assets as annotations
 from dagster_project.defs.facets import assets as facets
@@ -79,6 +80,7 @@ def test_undocumented_columns_reads_files_daily_and_hive_partitions(tmp_path):
 def test_columns_yaml_names_only_real_assets_and_every_entry_has_text():
     common, per_asset = column_docs()
     real = {k.to_user_string() for k in definitions.resolve_asset_graph().get_all_asset_keys()}
+    real |= {f"training/{name}" for name in MODEL_NAMES}  # opt-in models (e.g. fm_log) are assets only when listed
     assert not sorted(set(per_asset) - real), "columns.yaml `assets:` keys that name no asset of the Definitions"
     empty = [f"{a}.{c}" for a, cols in per_asset.items() for c, text in cols.items() if not str(text or "").strip()]
     empty += [c for c, text in common.items() if not str(text or "").strip()]
