@@ -38,8 +38,16 @@ def _write_exports(root):
     pl.DataFrame({"id": ["q1", "q2"], "messages": [[m("system", SYSTEM), m("user", "jaguar?"),
                                                     m("assistant", "Need clarification: yes\nAnimal or car?")],
                                                    [m("system", SYSTEM), m("user", "2+2?"),
-                                                    m("assistant", "Need clarification: no\n4")]]}
+                                                    m("assistant", "Need clarification: no\n4")]],
+                  "question_source": ["log", "generated"]}
                  ).write_parquet(a / "annotations/sft_dataset.parquet")
+    # ClariLM's SFT-IN3 baseline: imported rows, one not kept (an evaluation query)
+    pl.DataFrame({"id": ["in3:0", "in3:1"], "kept": [True, False],
+                  "messages": [[m("system", SYSTEM), m("user", "Plan a trip."),
+                                m("assistant", "Need clarification: yes\nWhere to?")],
+                               [m("system", SYSTEM), m("user", "jaguar?"),
+                                m("assistant", "Need clarification: yes\nAnimal or car?")]]}
+                 ).write_parquet(a / "annotations/sft_external_dataset.parquet")
     pl.DataFrame({"id": ["p1"], "prompt": [[m("system", SYSTEM), m("user", "jaguar?")]],
                   "chosen": [[m("assistant", "Animal or car?")]],
                   "rejected": [[m("assistant", "A cat.")]]}).write_parquet(a / "annotations/dpo_dataset.parquet")
@@ -109,8 +117,12 @@ def test_every_model_asset_reads_its_export(built):
     assert result.success
     evaluations = result.get_asset_check_evaluations()
     assert len(evaluations) == 7 and all(e.passed for e in evaluations)
-    assert sorted(jobs) == ["clarilm_dpo", "clarilm_sft", "double_turn_sft", "fm_log", "intents_tuned",
-                            "intents_tuned_p100", "intents_tuned_p50", "reranker_generative"]
+    assert sorted(jobs) == ["clarilm_dpo", "clarilm_sft", "clarilm_sft_external", "clarilm_sft_full", "clarilm_sft_ql",
+                            "double_turn_sft", "fm_log", "intents_tuned", "intents_tuned_p100", "intents_tuned_p50",
+                            "reranker_generative"]
+    # ClariLM's SFT baselines: SFT-IN3 = the kept imported row; Q^L only = the logged question; full = both sets
+    assert [len(jobs[n].rows) for n in ("clarilm_sft_external", "clarilm_sft_ql", "clarilm_sft_full")] == [1, 1, 3]
+    assert jobs["clarilm_sft_ql"].rows[0]["prompt"][-1] == m("user", "jaguar?")
     # FM-LOG: the one kept log pair, then the six positive demonstrations of the two extraction prompts
     fm = jobs["fm_log"]
     assert fm.kind == "sft" and fm.data_asset == "logs/log_clarifications" and len(fm.rows) == 7
@@ -177,8 +189,8 @@ def test_every_lm_records_the_template_of_its_export(built):
     params = parse_params(PARAMS)
     dt = "double_turn_json" if params.double_turn.subject_output == "json" else "double_turn_text"
     parsers = {n: j.template["parser"] for n, j in jobs.items()}
-    assert parsers == {"clarilm_sft": "clarilm_need_clarification", "clarilm_dpo": "clarilm_need_clarification",
-                       "double_turn_sft": dt,
+    clarilm = ("clarilm_sft", "clarilm_dpo", "clarilm_sft_external", "clarilm_sft_ql", "clarilm_sft_full")
+    assert parsers == {**dict.fromkeys(clarilm, "clarilm_need_clarification"), "double_turn_sft": dt,
                        "intents_tuned": "intent_name", "fm_log": "fm_log_facet",
                        "intents_tuned_p100": "intent_name", "intents_tuned_p50": "intent_name",
                        "reranker_generative": "yes_no"}
