@@ -25,8 +25,9 @@ def test_the_demo_trains_one_baseline_and_the_gpu_preset_all_three_with_clarilm_
     demo, gpu = load_params(repo / "params.yaml"), load_params(repo / "params.gpu.yaml")
     assert [m for m in demo.training.models if m in CLARILM_BASELINES] == ["clarilm_sft_external"]
     assert demo.annotations.sft_external and "clarilm_sft_external" in demo.llm.subjects
+    # every trained LM that answers users is a subject there (not the re-rankers, the SFT stage or FM-LOG's miner)
     assert set(CLARILM_BASELINES) <= set(gpu.training.models) <= set(gpu.llm.subjects) | {
-        "double_turn_sft", "reranker_finetuned"}  # every trained LM is a subject there
+        "double_turn_sft", "reranker_finetuned", "reranker_generative", "fm_log"}
     sft = gpu.training.for_model("clarilm_sft")
     for name in CLARILM_BASELINES:
         assert gpu.training.for_model(name).sft == sft.sft and gpu.training.for_model(name).lora == sft.lora
