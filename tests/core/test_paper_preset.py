@@ -23,6 +23,17 @@ def test_paper_preset_sets_the_papers_sizes_on_top_of_params_yaml():
     assert paper.logs == demo.logs
 
 
+def test_loop_preset_trains_clarilm_sft_and_scores_it_against_its_base_on_held_out_sets():
+    demo, loop = load_params(REPO / "params.yaml"), load_params(REPO / "params.loop.yaml")
+    assert loop.training.models == ["clarilm_sft"] and loop.training.sft.max_steps == -1
+    assert loop.questions.max_selected is None and 0 < loop.questions.test_fraction < 1
+    assert loop.evaluation.datasets == ["clarilm_test", "in3"] and loop.evaluation.trained_datasets is None
+    assert loop.evaluation.trained_baseline == demo.evaluation.trained_baseline == "smollm2_hf"
+    assert loop.evaluation.external["in3"].path == "data/external/in3_test.jsonl"
+    assert (REPO / loop.evaluation.external["in3"].path).is_file()
+    assert loop.llm == demo.llm  # same models and backends as the demo: only sizes and the trained model list change
+
+
 def _write(path, data):
     path.write_text(yaml.safe_dump(data))
     return path
