@@ -33,7 +33,10 @@ TINY = {
                    "max_dialogues": None, "judge_per_subtype": 1, "judge_pairs": [["clarify_agent", "base"]],
                    "bertscore": False, "datasets": ["clarifymt", "clarilm_test"],
                    "subject_methods": {"smollm2_hf": ["base"], "clarilm_sft": ["base"], "clarilm_dpo": ["base"]},
-                   "trained_pairs": [["clarilm_dpo", "clarilm_sft"]]},
+                   "trained_pairs": [["clarilm_dpo", "clarilm_sft"]],
+                   # model-vs-model judging (Fig. 4) would evaluate its two subjects on more datasets than the others;
+                   # tests/core/test_judge_subjects.py covers it
+                   "judge_subject_pairs": [], "judge_subject_datasets": None},
     "double_turn": {"max_queries": 2, "rounds": 1, "n_shots": 2, "n_clarify_sampled": 0, "n_direct_samples": 2,
                     "random_repeats": 20, "subject_max_tokens": 24, "generator_max_tokens": 160},
     # retrieval: one 2-turn and one 3-turn session; ~20 short LLM calls (refinement, inference, 1 rerank step)
