@@ -184,8 +184,8 @@ class EvaluationConfig(Strict):
         return self
 
     def _subject_pairs_consistent(self) -> None:
-        """judge_subject_pairs: two different subjects that both run trained_method; judge_subject_datasets: a
-        non-empty subset of datasets. (Unknown subjects are reported by Params, which knows llm.subjects.)"""
+        """judge_subject_pairs: two different subjects that both run trained_method; judge_subject_datasets: not
+        empty (names not in evaluation.datasets are not evaluated, so nothing is judged there). (Unknown subjects are reported by Params, which knows llm.subjects.)"""
         for pair in self.judge_subject_pairs:
             if len(pair) != 2 or pair[0] == pair[1]:
                 raise ValueError(f"evaluation.judge_subject_pairs: each entry is two different subjects, got {pair}")
@@ -193,11 +193,9 @@ class EvaluationConfig(Strict):
             if idle:
                 raise ValueError(f"evaluation.judge_subject_pairs: {idle} do not run trained_method "
                                  f"{self.trained_method!r} (evaluation.subject_methods / methods)")
-        if self.judge_subject_datasets is not None:
-            extra = sorted(set(self.judge_subject_datasets) - set(self.datasets))
-            if extra or not self.judge_subject_datasets:
-                raise ValueError(f"evaluation.judge_subject_datasets: {extra or 'an empty list'} not in "
-                                 f"evaluation.datasets {self.datasets} (null: every dataset both were evaluated on)")
+        if self.judge_subject_datasets is not None and not self.judge_subject_datasets:
+            raise ValueError("evaluation.judge_subject_datasets: an empty list (null: every dataset both were "
+                             "evaluated on; to judge no subject pair, set judge_subject_pairs: [])")
 
     def methods_for(self, subject: str) -> list[str]:
         """The methods `subject` is evaluated with: its evaluation.subject_methods entry, else every method."""

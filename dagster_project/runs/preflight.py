@@ -90,7 +90,13 @@ def role_check(cfg: RoleConfig, timeout_s: float) -> tuple[str, str | None]:
     if cfg.backend == "transformers":
         return _transformers_check(cfg)
     if cfg.backend == "vllm":
-        where = "local folder" if Path(cfg.model).is_dir() else "model id (vLLM loads it at start)"
+        if cfg.model.startswith("training/"):  # its base + one LoRARequest per subject (llm/backends/vllm.py)
+            found, problem = _transformers_check(cfg)
+            if problem:
+                return f"trained model: {found}", problem
+            where = f"trained model: {found}"
+        else:
+            where = "local folder" if Path(cfg.model).is_dir() else "model id (vLLM loads it at start)"
         if importlib.util.find_spec("vllm") is None:
             return f"vllm not installed here; {where}", "vllm is not installed (pip install '.[gpu]')"
         return f"vllm installed; {where}", None

@@ -72,6 +72,16 @@ def test_doctor_names_each_problem_and_exits_1(tmp_path, monkeypatch, sections, 
     assert not (tmp_path / "cache").exists()
 
 
+def test_a_trained_model_on_vllm_is_described_as_its_training_folder(tmp_path, monkeypatch):
+    from dagster_project.config.llm import RoleConfig
+    from dagster_project.runs.preflight import role_check
+
+    monkeypatch.chdir(tmp_path)  # no assets/training here: the folder is not built yet, which is no problem
+    found, problem = role_check(RoleConfig(backend="vllm", model="training/clarilm_sft"), 1.0)
+    assert "trained model: not built yet" in found and "model id" not in found
+    assert problem is None or "vllm is not installed" in problem  # this venv has no vllm; .venv-vllm has
+
+
 def test_doctor_refuses_a_cache_path_it_cannot_create_and_creates_no_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     (tmp_path / "plain_file").write_text("x")

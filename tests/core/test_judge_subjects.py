@@ -122,12 +122,23 @@ def test_unknown_subject_in_a_pair_names_the_params_key():
     ({"judge_subject_pairs": [["a", "a"]]}, "two different subjects"),
     ({"judge_subject_pairs": [["a", "b"]], "methods": ["base", "cot"], "subject_methods": {"a": ["cot"]}},
      r"\['a'\] do not run trained_method 'base'"),
-    ({"judge_subject_datasets": ["in3"]}, r"judge_subject_datasets: \['in3'\] not in evaluation.datasets"),
+    ({"judge_subject_datasets": []}, r"judge_subject_datasets: an empty list"),
 ])
 def test_bad_subject_pair_settings_name_the_key(section, message):
     subjects = {s: {"backend": "llamacpp", "model": "m"} for s in ("a", "b")}
     with pytest.raises(ParamsError, match=message):
         parse_params({"llm": {"subjects": subjects}, "evaluation": section})
+
+
+def test_judge_datasets_outside_evaluation_datasets_are_not_evaluated_and_not_an_error():
+    # a user who narrows evaluation.datasets need not edit judge_subject_datasets too: the other names drop out
+    from dagster_project.defs.evaluation.assets import subject_datasets
+
+    subjects = {s: {"backend": "llamacpp", "model": "m"} for s in ("a", "b", "c")}
+    p = parse_params({"llm": {"subjects": subjects}, "evaluation": {
+        "datasets": ["clarifymt", "clarilm_test"], "trained_datasets": None, "judge_subject_pairs": [["a", "b"]],
+        "judge_subject_datasets": ["clarilm_test", "in3"]}})
+    assert subject_datasets(p, "a") == ["clarifymt", "clarilm_test"]
 
 
 def test_the_evaluation_headline_shows_figure_4_from_the_stored_table(tmp_path):
