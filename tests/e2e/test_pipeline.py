@@ -77,8 +77,9 @@ def test_dvc_repro_builds_both_groups_then_skips_and_sweeps(project, monkeypatch
     sql = run([str(BIN / "clarify"), "sql", "--csv",
                "select persona, count(*) as n from benchmark.persona_dialogues group by 1 order by 1"], project)
     assert sql.stdout.splitlines()[0] == "persona,n"
-    summary = run([str(BIN / "clarify"), "summary"], project).stdout  # what `make demo` prints last
-    assert "evaluation.predictions" in summary and "report:" in summary
+    summary = run([str(BIN / "clarify"), "summary"], project).stdout  # what `make demo` prints last: one screen
+    assert "rows per group" in summary and "evaluation" in summary and "report:" in summary
+    assert "evaluation.predictions" in run([str(BIN / "clarify"), "summary", "--all"], project).stdout
 
     again = run([str(BIN / "dvc"), "repro"], project).stdout
     assert "Running stage" not in again  # nothing changed: DVC skips both stages
