@@ -21,7 +21,8 @@ def project_tasks() -> dict[str, LLMTask]:
         module = importlib.import_module(mod.name)
         for name, value in vars(module).items():
             if isinstance(value, LLMTask) and value.__class__ is LLMTask:
-                found.setdefault(f"{value.prompt}:{value.role}", value)
+                fmt = f"[{value.fmt}]" if value.fmt else ""  # one template, two reply formats: two steps
+                found.setdefault(f"{value.prompt}{fmt}:{value.role}", value)
     return found
 
 
