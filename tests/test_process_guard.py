@@ -81,7 +81,7 @@ def test_a_signal_to_make_test_stops_pytest_and_what_it_started(case, signum):
         make = subprocess.Popen(["make", "-s", "-o", "install", "-C", str(REPO), "test", f"PYTEST_ARGS={args}"],
                                 env=env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300  # generous bounds: a loaded 2-core machine starts and stops pytest slowly
         while not (folder / "started").exists():
             assert make.poll() is None and time.monotonic() < deadline, (folder / "make.log").read_text()
             time.sleep(0.2)
@@ -91,7 +91,7 @@ def test_a_signal_to_make_test_stops_pytest_and_what_it_started(case, signum):
             make.send_signal(signum)
         else:
             os.killpg(make.pid, signum)
-        assert make.wait(timeout=60) != 0
+        assert make.wait(timeout=240) != 0
         output = (folder / "make.log").read_text()
         assert "KeyboardInterrupt" in output and ("received SIGTERM" in output) == (signum == signal.SIGTERM)
         assert case_processes(tag) == [], output
