@@ -78,9 +78,9 @@ def test_persona_pivot_empty_without_persona_rows():
 # --------------------------------------------------------------------------- the full report (ReportInputs)
 
 from dagster_project.core.clarifymt.metrics import evaluation_tables, method_comparison  # noqa: E402
-from dagster_project.core.clarifymt.report import (  # noqa: E402
-    ReportInputs, question_quality, render_html, render_report, report_plots,
-)
+from dagster_project.core.clarifymt.report import ReportInputs, question_quality, render_report  # noqa: E402
+from dagster_project.core.clarifymt.report_page import render_html  # noqa: E402
+from dagster_project.core.clarifymt.report_plots import report_plots  # noqa: E402
 
 
 def _full_pred():
@@ -160,7 +160,7 @@ def test_report_shows_the_validation_round_kappa_and_r():
 def test_accuracy_by_turn_plot_has_integer_turn_ticks_and_a_legend_outside_the_axes():
     import matplotlib.pyplot as plt
 
-    from dagster_project.core.clarifymt.report import accuracy_by_turn_figure
+    from dagster_project.core.clarifymt.report_plots import accuracy_by_turn_figure
 
     by_turn = _inputs().metric_tables.filter(pl.col("breakdown") == "by_turn")
     fig = accuracy_by_turn_figure(by_turn, lambda r: r["method"])

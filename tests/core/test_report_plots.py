@@ -10,14 +10,8 @@ import matplotlib.pyplot as plt
 import polars as pl
 
 from dagster_project.core.clarifymt.metrics import evaluation_tables, method_comparison
-from dagster_project.core.clarifymt.report import (
-    MAX_SERIES,
-    ReportInputs,
-    question_quality,
-    render_report,
-    report_figures,
-    series_panels,
-)
+from dagster_project.core.clarifymt.report import ReportInputs, question_quality, render_report
+from dagster_project.core.clarifymt.report_plots import MAX_SERIES, report_figures, series_panels
 from dagster_project.core.shared.taxonomy import PERSONAS
 
 DATASETS = ("clarifymt", "clariq", "in3", "clarilm_test")

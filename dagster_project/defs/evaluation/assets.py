@@ -34,11 +34,8 @@ from dagster_project.core.clarifymt.judge import judge_scores as score_questions
 from dagster_project.core.clarifymt.judge import pairwise_judgements as judge_pairs
 from dagster_project.core.clarifymt.metrics import evaluation_tables
 from dagster_project.core.clarifymt.metrics import method_comparison as compare_methods
-from dagster_project.core.clarifymt.report import (
-    ReportInputs,
-    question_quality,
-    report_files,
-)
+from dagster_project.core.clarifymt.report import ReportInputs, question_quality
+from dagster_project.core.clarifymt.report_page import report_files
 from dagster_project.core.clarifymt.trained import subject_method
 from dagster_project.core.clarifymt.trained import trained_comparison as compare_trained
 from dagster_project.core.shared.metrics import bertscore_f1
