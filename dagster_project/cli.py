@@ -18,6 +18,8 @@ from dagster_project.config.home import dagster_home
 from dagster_project.config.sql import SqlConfig
 from dagster_project.runs.group_runs import LOG_LEVELS, group_stages, materialize_group  # noqa: F401 (API)
 from dagster_project.runs.parallel import Execution
+from dagster_project.runs.plan import plan_group
+from dagster_project.runs.log_days import sync_log_days
 from dagster_project.runs.preflight import cache_problem, input_paths, input_problems, role_check
 from dagster_project.runs.instance import (
     ensure_dagster_yaml,
@@ -25,15 +27,9 @@ from dagster_project.runs.instance import (
     provenance_tags,
     sweep_orphaned_runs,
 )
-from dagster_project.lib.bounded_sql import SqlBoundError, run_query
+from dagster_project.lib.bounded_sql import SqlBoundError, connect_readonly, run_query
 from dagster_project.lib.sqlout import SQL_FORMATS, print_result
-from dagster_project.lib.warehouse import (
-    ASSETS_DIR,
-    WAREHOUSE,
-    connect_readonly,
-    prune_stale,
-    rebuild_views,
-)
+from dagster_project.lib.warehouse import ASSETS_DIR, WAREHOUSE, prune_stale, rebuild_views
 
 app = typer.Typer(help="clarify-pipeline: SQL over the warehouse, run summaries, environment checks.",
                   no_args_is_help=True, add_completion=False)
@@ -135,21 +131,6 @@ def _log_days(params: str) -> list[str]:
     return days
 
 
-def _sync_log_days(instance, group: str, days: list[str] | None, whole_group: bool) -> None:
-    """Register the log-day partitions a run needs: for `logs`, the days that have records (and, for a run of
-    every day, forget days that no longer have any); for other groups, the days stored in assets/logs/ (so a
-    group downstream of the logs reads every stored day, also after `dvc checkout` into a fresh DAGSTER_HOME)."""
-    from dagster_project.defs.logs.partitions import LOG_DAYS, register_days, stored_days
-
-    if group != "logs":
-        register_days(instance, stored_days(ASSETS_DIR))
-        return
-    register_days(instance, days or [])
-    if whole_group and days is not None:
-        for gone in sorted(set(instance.get_dynamic_partitions(LOG_DAYS.name)) - set(days)):
-            instance.delete_dynamic_partition(LOG_DAYS.name, gone)
-
-
 @app.command()
 def materialize(group: str, params: str = typer.Option("params.yaml", help="params file"),
                 partition: list[str] = typer.Option(None, help="only these partition keys of partitioned assets, "
@@ -196,7 +177,7 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
     with dg.DagsterInstance.get() as instance:
         for run_id in sweep_orphaned_runs(instance):
             console.print(f"run {run_id}: its process is gone, marked failed", style="yellow", markup=False)
-        _sync_log_days(instance, group, discovered, whole_group)
+        sync_log_days(instance, group, discovered, whole_group, ASSETS_DIR)
         try:
             results = materialize_group(defs, group, instance, partition, execution=execution,
                                         say=lambda m: console.print(m, markup=False, highlight=False),
@@ -410,51 +391,6 @@ def _cache_report(cache_path: str) -> None:
         console.print(u_t)
 
 
-def _plan_workdir(root: Path, work: Path) -> None:
-    """A scratch copy of the project folder: every entry linked, except assets/ whose Parquet files are linked
-    one by one (writes replace the links, never the targets) and whose DuckDB file is copied."""
-    import shutil
-
-    for entry in root.iterdir():
-        if entry.name not in ("assets", ".dagster", ".git"):
-            (work / entry.name).symlink_to(entry)
-    if (root / "assets").is_dir():
-        def link_or_copy(src: str, dst: str) -> None:
-            if src.endswith(".parquet"):
-                os.symlink(os.path.abspath(src), dst)
-            else:
-                shutil.copy2(src, dst)
-
-        shutil.copytree(root / "assets", work / "assets", copy_function=link_or_copy)
-
-
-def plan_group(group: str, params: str, partition: list[str] | None = None) -> tuple[list, bool]:
-    """Run a group's assets in a scratch folder with the LLM client's dry-run hook: (role plans, all assets ran)."""
-    import tempfile
-
-    import dagster as dg
-
-    from dagster_project.definitions import build_definitions
-    from dagster_project.lib.resources import LLMResource
-    from dagster_project.llm.plan import Planner
-
-    root = Path.cwd()
-    p = load_params(params)
-    planner = Planner()
-    dry = build_definitions(p, llm=LLMResource(p.llm, dry_run=planner))
-    partition = partition or _default_partitions(group, params)
-    with tempfile.TemporaryDirectory(prefix="clarify-plan-") as d:
-        _plan_workdir(root, Path(d))
-        os.chdir(d)
-        try:
-            with dg.DagsterInstance.ephemeral() as instance:
-                results = materialize_group(dry, group, instance, partition,
-                                            say=lambda m: console.print(f"plan: {m}", markup=False, highlight=False))
-        finally:
-            os.chdir(root)
-    return planner.summary(), bool(results) and all(r.success for r in results)
-
-
 @app.command()
 def plan(group: str, params: str = typer.Option("params.yaml", help="params file"),
          partition: list[str] = typer.Option(None, help="only these partition keys of partitioned assets")) -> None:
@@ -468,7 +404,8 @@ def plan(group: str, params: str = typer.Option("params.yaml", help="params file
             fail(line)
         if missing:
             raise typer.Exit(2)
-        plans, ran = plan_group(group, params, partition)
+        plans, ran = plan_group(group, params, partition or _default_partitions(group, params),
+                                say=lambda m: console.print(f"plan: {m}", markup=False, highlight=False))
     except ValueError as err:  # ParamsError too
         fail(err)
         raise typer.Exit(2) from None

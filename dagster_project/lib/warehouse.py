@@ -279,55 +279,6 @@ def _drop_orphan_views(db_path: str | Path, group: str, base: str | Path) -> Non
                 con.execute(f'DROP VIEW "{group}"."{name}"')
 
 
-# a writer holds the file for the milliseconds of a view update: a reader waits for it rather than failing
-@retry(retry=retry_if_exception_type(duckdb.IOException), stop=stop_after_delay(30),
-       wait=wait_random_exponential(multiplier=0.05, max=1), reraise=True)
-def _open_readonly(db_path: str | Path) -> duckdb.DuckDBPyConnection:
-    return duckdb.connect(str(db_path), read_only=True,
-                          config={"autoinstall_known_extensions": False, "autoload_known_extensions": False,
-                                  "allow_community_extensions": False})
-
-
-def connect_readonly(db_path: str | Path = WAREHOUSE, assets_dir: str | Path = ASSETS_DIR,
-                     memory_limit: str | None = None, threads: int | None = None) -> duckdb.DuckDBPyConnection:
-    """The warehouse opened read-only and sandboxed: files are reachable only below ``assets_dir`` (the views'
-    Parquet), no extension is installed or loaded, nothing spills to disk (a query past ``memory_limit`` fails),
-    and the configuration is locked so a query cannot undo it. ``threads``: DuckDB's worker threads."""
-    if not Path(db_path).exists():
-        raise FileNotFoundError(f"{db_path} does not exist yet: run `make demo` or materialize some assets first")
-    con = _open_readonly(db_path)
-    try:
-        if memory_limit is not None:
-            con.execute("SET memory_limit = ?", [memory_limit])
-        if threads is not None:
-            con.execute("SET threads = ?", [threads])
-        con.execute("SET temp_directory = ''")
-        con.execute("SET enable_progress_bar = false")  # a long query must not draw DuckDB's bar into the output
-        # allowed_directories can only be set once the database runs, and must be set before external access is off
-        con.execute("SET allowed_directories = ?", [[str(Path(assets_dir).resolve()) + os.sep]])
-        con.execute("SET enable_external_access = false")
-        con.execute("SET lock_configuration = true")
-    except BaseException:
-        con.close()
-        raise
-    return con
-
-
-def query_only(sql: str) -> str:
-    """``sql`` if it is exactly one SELECT statement (DuckDB's own parser decides), else ValueError: COPY TO
-    could still write into the allowed assets folder, and every other statement type changes state."""
-    try:
-        statements = duckdb.extract_statements(sql)
-    except duckdb.Error as err:
-        raise ValueError(str(err)) from None
-    if len(statements) != 1:
-        raise ValueError(f"expected exactly one query, got {len(statements)} statements")
-    kind = statements[0].type
-    if kind != duckdb.StatementType.SELECT:
-        raise ValueError(f"only queries (SELECT, FROM, WITH, DESCRIBE, SHOW) are allowed, not {kind.name}")
-    return sql
-
-
 def read_if_small(path: Path) -> pl.DataFrame:
     """A stored Parquet file as a frame when a catalog preview could show it, else an empty frame of its schema
     (what table_metadata needs); the row count comes from the file's metadata."""

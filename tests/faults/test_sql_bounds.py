@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from dagster_project.cli import app
 from dagster_project.config import Params
-from dagster_project.lib.warehouse import connect_readonly, rebuild_views, write_parquet_atomic
+from dagster_project.lib.bounded_sql import connect_readonly
+from dagster_project.lib.warehouse import rebuild_views, write_parquet_atomic
 
 FOREVER = "select count(*) from range(1000000000) a cross join range(1000000000) b"  # 10^18 rows
 HUNGRY = "select count(*) from (select distinct range from range(20000000))"  # a hash table of 20 M keys

@@ -9,13 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from dagster_project.cli import app
-from dagster_project.lib.warehouse import (
-    connect_readonly,
-    partition_path,
-    query_only,
-    rebuild_views,
-    write_parquet_atomic,
-)
+from dagster_project.lib.bounded_sql import connect_readonly, query_only
+from dagster_project.lib.warehouse import partition_path, rebuild_views, write_parquet_atomic
 
 TAXONOMY = Path("assets/benchmark/taxonomy.parquet")
 

@@ -11,11 +11,11 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from dagster_project.lib.bounded_sql import connect_readonly
 from dagster_project.lib.warehouse import (
     VIEW_GLOB,
     WarehouseIOManager,
     asset_path,
-    connect_readonly,
     rebuild_views,
     register_views,
     write_parquet_atomic,
