@@ -29,7 +29,8 @@ export TRANSFORMERS_OFFLINE := 1
 # mkdocs-material prints a banner about MkDocs 2.0 on every build otherwise
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install install-gpu dagster-home demo loop test test-faults ui bench docs clean-assets vllm-install test-vllm
+.PHONY: install install-gpu dagster-home demo loop test test-faults ui bench docs clean-assets vllm-install test-vllm \
+	peers-install
 
 install: $(VENV)/.installed $(SMOLLM2_GGUF) dagster-home
 
@@ -99,6 +100,20 @@ ui: install
 
 bench: install
 	$(PY) benchmarks/run.py
+
+# ---- the peers of `make bench`'s optional `peers` comparison (benchmarks/bench_peers.py, skipped without this
+# venv): their own venv, so their pins (datasets, litellm, openai, ...) never touch $(VENV); neither needs torch.
+VENV_PEERS := .venv-peers
+
+peers-install: $(VENV_PEERS)/.installed
+
+$(VENV_PEERS)/.installed:
+	@echo "== creating $(VENV_PEERS) (distilabel, bespokelabs-curator) =="
+	test -d $(VENV_PEERS) || python3 -m venv $(VENV_PEERS)
+	$(VENV_PEERS)/bin/pip install -q --upgrade pip
+	$(VENV_PEERS)/bin/pip install -q distilabel==1.5.3 bespokelabs-curator==0.1.31
+	$(VENV_PEERS)/bin/python -c "import distilabel.pipeline, bespokelabs.curator"
+	touch $@
 
 # docs/ -> site/ (git-ignored); --strict: a broken link, a missing anchor or a page not in mkdocs.yml's nav fails
 docs: install

@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/run.py                 # all (make bench)
     .venv/bin/python benchmarks/run.py --only cache    # one or more: --only llm,dedup
     .venv/bin/python benchmarks/run.py --only paper_scale --scale 1   # ClarifyMT-Bench at the paper's full sizes
+    .venv/bin/python benchmarks/run.py --only paper_scale,peers       # + distilabel and curator (make peers-install)
 
 Prints a table, then one JSON line with every number; the same JSON goes to benchmarks/results/latest.json.
 """
@@ -35,7 +36,8 @@ from _common import BenchResult, say  # noqa: E402
 RESULTS = HERE / "results" / "latest.json"
 
 
-def _benchmarks(scale: float) -> dict[str, Callable[[], BenchResult]]:
+def _benchmarks(scale: float, done: dict[str, dict]) -> dict[str, Callable[[], BenchResult]]:
+    """Name -> benchmark; `done` holds the metrics of those already run (peers reads paper_scale's from it)."""
     from bench_backends import bench_openai, bench_rerun, bench_tokens, bench_vllm
     from bench_cache import bench_cache
     from bench_dedup import bench_dedup, bench_dedup_ann
@@ -45,6 +47,7 @@ def _benchmarks(scale: float) -> dict[str, Callable[[], BenchResult]]:
     from bench_paper_scale import bench_paper_scale
     from bench_parallel import bench_parallel
     from bench_parsing import bench_parsing
+    from bench_peers import bench_peers
     from bench_retrieval import bench_retrieval
     from bench_serving import bench_serving
 
@@ -52,11 +55,12 @@ def _benchmarks(scale: float) -> dict[str, Callable[[], BenchResult]]:
     return {"parsing": bench_parsing, "cache": bench_cache, "dedup": bench_dedup, "dedup_ann": bench_dedup_ann,
             "llm": bench_llm, "tokens": bench_tokens, "rerun": bench_rerun, "openai": bench_openai, "vllm": bench_vllm,
             "retrieval": bench_retrieval, "logs": bench_logs, "log_memory": bench_log_memory, "serving": bench_serving,
-            "paper_scale": lambda: bench_paper_scale(scale), "parallel": bench_parallel}
+            "paper_scale": lambda: bench_paper_scale(scale), "peers": lambda: bench_peers(ours=done.get("paper_scale")),
+            "parallel": bench_parallel}
 
 
 NAMES = ("parsing", "cache", "dedup", "dedup_ann", "llm", "tokens", "rerun", "openai", "vllm", "retrieval", "logs",
-         "log_memory", "serving", "paper_scale", "parallel")
+         "log_memory", "serving", "paper_scale", "peers", "parallel")
 # the performance table's headline ratios (ARCHITECTURE §4 / issue 10), printed together at the end
 HEADLINES = (("P1 warm-cache rerun vs cold", "rerun", "p1_warm_vs_cold"),
              ("P2 openai concurrency 32 vs 1", "openai", "p2_concurrency_speedup"),
@@ -159,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = _machine()
     from bench_paper_scale import DEFAULT_SCALE
 
-    benches = _benchmarks(DEFAULT_SCALE if args.scale is None else args.scale)
+    done: dict[str, dict] = {}
+    benches = _benchmarks(DEFAULT_SCALE if args.scale is None else args.scale, done)
     results: list[BenchResult] = []
     failed: dict[str, str] = {}
     t0 = time.perf_counter()
@@ -177,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         res.metrics["wall_s"] = round(time.perf_counter() - t, 2)
         res.metrics["other_cpu_pct"] = c.other_pct
         results.append(res)
+        done[name] = res.metrics
     total = time.perf_counter() - t0
     meta["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
 
