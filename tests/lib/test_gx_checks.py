@@ -193,3 +193,30 @@ def test_results_keep_their_expectation_labels_when_gx_reorders_a_suite():
         "00 a in set": False, "01 rows >= 10": False, "02 b not null": False, "03 a unique": True,
         "04 one row": True, "05 b is x": True}
     assert meta["00 a in set"]["unexpected_count"] == 1 and meta["01 rows >= 10"]["observed_value"] == 3
+
+
+PAIRED = "every method x subject has the same dialogue turns (paired comparisons)"
+
+
+def _predictions(cells: dict[tuple[str, str, str], int]) -> pl.DataFrame:
+    """Valid prediction rows: (dataset, subject, method) -> that many turns of one dialogue each."""
+    rows = [{"dataset": d, "subject": s, "method": m, "dialogue_id": f"{d}-1", "turn": t, "action": "answer",
+             "status": "ok", "reference_action": "answer", "raw_output": "The answer is x.", "llm_calls": 1,
+             "decided_by": None, "is_question": False, "protocol_ok": 1, "error": None, "step_errors": 0}
+            for (d, s, m), n in cells.items() for t in range(1, n + 1)]
+    return pl.DataFrame(rows)
+
+
+def _paired_failed(suites, cells) -> bool:
+    ok, meta = validate_frame(_predictions(cells), suites["evaluation/predictions"], PARAMS)
+    return any(PAIRED in label for label in failed(meta))
+
+
+def test_paired_turns_are_checked_per_dataset(suites):
+    """A trained subject evaluated on one dataset only (evaluation.trained_datasets) pairs with the base there: passes;
+    a subject x method missing a turn of a dataset fails (the demo of 2026-11-27 failed on the first case)."""
+    base = {("clarifymt", "smollm2", "base"): 4, ("in3", "smollm2", "base"): 2, ("clarifymt", "smollm2", "cot"): 4,
+            ("in3", "smollm2", "cot"): 2}
+    assert not _paired_failed(suites, base | {("clarifymt", "clarilm_sft", "base"): 4})
+    assert _paired_failed(suites, base | {("clarifymt", "clarilm_sft", "base"): 3})
+    assert _paired_failed(suites, base | {("in3", "smollm2", "cot"): 1})
