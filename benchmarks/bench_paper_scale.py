@@ -53,7 +53,8 @@ def scaled_params(base_url: str, cache: Path, scale: float) -> dict[str, Any]:
     bench = out.get("benchmark", {})
     out["benchmark"] = {**bench, "n_per_subtype": n["n_per_subtype"],
                         "validation": {**bench.get("validation", {}), "min_quality": 1, "subtype_check": False}}
-    ev = {k: v for k, v in out.get("evaluation", {}).items() if k not in ("subject_methods", "trained_pairs")}
+    ev = {k: v for k, v in out.get("evaluation", {}).items()
+          if k not in ("subject_methods", "trained_pairs", "judge_subject_pairs", "judge_subject_datasets")}
     out["evaluation"] = {**ev, "methods": PAPER_METHODS, "judge_per_subtype": n["judge_per_subtype"],
                          "pairwise_items": n["pairwise_items"], "datasets": ["clarifymt"], "trained_baseline": None}
     parse_params(out, "paper-scale params")  # a params.yaml change that breaks this run fails here, by key
