@@ -61,6 +61,15 @@ def test_report_section_says_plainly_which_model_did_not_improve():
     assert trained_section(None) == [] and trained_section(trained_comparison(PRED, [])) == []
 
 
+def test_report_section_with_one_paired_turn_has_no_ci():
+    """One paired turn: a difference but no bootstrap CI (the cold demo of 2026-11-27 crashed the report here)."""
+    one = PRED.filter(pl.col("dialogue_id") == "d0")
+    t = trained_comparison(one, [("sft", "base_hf")])
+    assert t["diff_ci_low"].to_list() == [None] and t["diff"].to_list() == [0.0]
+    text = "\n".join(trained_section(t))
+    assert "+0.0 [no CI]" in text and "1 paired turns" in text
+
+
 def test_clarify_f1_is_the_clarify_class_f1_and_macro_f1_stays_beside_it():
     t = trained_comparison(PRED, [("sft", "base_hf")]).row(0, named=True)
     assert t["clarify_f1"] == 1.0 and t["ref_clarify_f1"] == pytest.approx(2 / 13)  # 1 TP, 6 FP, 5 FN

@@ -215,6 +215,14 @@ def _vs(a: float | None, b: float | None) -> str:
     return f"{_pct(a) or '-'} / {_pct(b) or '-'}"
 
 
+def _points_ci(diff: float | None, low: float | None, high: float | None) -> str:
+    """A difference in percentage points with its CI; the CI left out when there is none (e.g. one paired cluster)."""
+    if diff is None:
+        return ""
+    ci = f" [{low * 100:+.1f}, {high * 100:+.1f}]" if low is not None and high is not None else " [no CI]"
+    return f"{diff * 100:+.1f}{ci}"
+
+
 def trained_section(trained: pl.DataFrame | None) -> list[str]:
     """'Trained models': each trained subject vs its reference on held-out data, one table and one plain sentence
     per comparison (which says so when the trained model does not improve)."""
@@ -222,8 +230,7 @@ def trained_section(trained: pl.DataFrame | None) -> list[str]:
         return []
     rows, lines = [], []
     for r in trained.iter_rows(named=True):
-        diff = "" if r["diff"] is None else (f"{r['diff'] * 100:+.1f} [{r['diff_ci_low'] * 100:+.1f}, "
-                                             f"{r['diff_ci_high'] * 100:+.1f}]")
+        diff = _points_ci(r["diff"], r["diff_ci_low"], r["diff_ci_high"])
         rows.append({"dataset": r["dataset"], "subject": r["subject"], "reference": r["reference"],
                      "n / ref n": f"{r['n']} / {r['ref_n']}",
                      "acc [95% CI]": _pct_ci(r["accuracy"], r["accuracy_ci_low"], r["accuracy_ci_high"]),
@@ -240,7 +247,8 @@ def trained_section(trained: pl.DataFrame | None) -> list[str]:
         lines.append(f"- **{r['subject']}** vs {r['reference']} on {r['dataset']} ({r['method']}, "
                      f"{r['n_paired']} paired turns): {r['verdict']}" + (
                          f"; accuracy {_pct(r['accuracy'])} vs {_pct(r['ref_accuracy'])}, difference {diff} points, "
-                         f"{r['test']} p = {r['p_value']:.3g}." if r["diff"] is not None else "."))
+                         f"{r['test']} p = {r['p_value']:.3g}." if r["diff"] is not None and r["p_value"] is not None
+                         else "."))
     intro = ("Each trained subject against its reference model with the same method on the same held-out turns: "
              "nothing was trained or tuned on these sets (the `held_out_disjoint` check counts evaluation queries "
              "found in any training export; it must be 0). Pairs are `subject / reference`: accuracy with n and a "
