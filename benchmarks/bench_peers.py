@@ -98,8 +98,12 @@ def compare(ours: dict[str, Any], peers: dict[str, dict[str, Any]]) -> list[tupl
     rows = []
     for peer, m in peers.items():
         peer_ms = 1000 * ratio(m["wall_s"], m["prompts"])
+        cpu = ""  # CPU per request: steadier than wall time when other processes load the machine
+        if "client_cpu_s" in ours and "llm_calls" in ours:
+            cpu = (f"; CPU {1000 * ratio(ours['client_cpu_s'], ours['llm_calls']):.2f} ms vs "
+                   f"{1000 * ratio(m['cpu_s'], m['prompts']):.2f} ms")
         rows.append((peer, ratio(ours["overhead_ms_per_call"], peer_ms),
-                     f"pipeline {ours['overhead_ms_per_call']:.2f} ms vs {peer_ms:.2f} ms per request; peak RSS "
+                     f"pipeline {ours['overhead_ms_per_call']:.2f} ms vs {peer_ms:.2f} ms per request{cpu}; peak RSS "
                      f"pipeline {ours['peak_rss_mb']:,.0f} MB vs {m['peak_rss_mb']:,.0f} MB"))
     return rows
 

@@ -23,7 +23,7 @@ def test_absent_venv_is_a_skip_line_not_a_failure(tmp_path, monkeypatch, capsys)
 
 
 def test_ratios_to_the_pipeline_from_given_numbers():
-    ours = {"llm_calls": 12_014, "overhead_ms_per_call": 2.3, "peak_rss_mb": 1260.0}
+    ours = {"llm_calls": 12_014, "overhead_ms_per_call": 2.3, "peak_rss_mb": 1260.0, "client_cpu_s": 36.042}
     peers = {"distilabel": {"version": "1.5.3", "prompts": 12_014, "answered": 12_014, "served": 12_014,
                             "wall_s": 42.049, "cpu_s": 30.0, "import_s": 3.0, "stub_cpu_s": 2.4, "peak_rss_mb": 730.0},
              "curator-openai": {"version": "0.1.31", "prompts": 12_014, "answered": 12_014, "served": 12_015,
@@ -33,6 +33,7 @@ def test_ratios_to_the_pipeline_from_given_numbers():
     assert [r[0] for r in rows] == ["distilabel", "curator-openai"]
     assert rows[0][1] == pytest.approx(2.3 / 3.5) and rows[1][1] == pytest.approx(2.3 / 1.63)
     assert "pipeline 1,260 MB vs 730 MB" in rows[0][2] and "2.30 ms vs 1.63 ms" in rows[1][2]
+    assert "CPU 3.00 ms vs 2.50 ms" in rows[0][2]
 
     res = bench_peers.BenchResult("peers")
     bench_peers._report(res, 12_014, peers, ours)
