@@ -144,6 +144,26 @@ def _materialize(params, tables, trained):
     return pl.read_parquet("assets/headlines/retrieval_headline.parquet"), result
 
 
+def test_no_test_split_session_is_said_in_the_metadata():
+    """Sessions only on train facets (the demo's 6 sessions at seed 0 were): no rows of ours, and the metadata says
+    why and which params key to change."""
+    bm25 = ["d1", "d2", "d3", "d4"]
+    runs = [row for q in QUERIES for row in _rows(q, "bm25", bm25, "first_stage")]
+    inferred = pl.DataFrame([{"query_id": q, "facet_id": f, "n_turns": 2, "images": [], "status": "ok",
+                              "input": "multi_turn"} for q, (f, _, _, _) in QUERIES.items()],
+                            schema_overrides={"images": pl.List(pl.Utf8)})
+    training = pl.DataFrame([{"facet_id": f, "split": "train"} for f, _, _, _ in QUERIES.values()])
+    qrels = pl.DataFrame([{"qid": f, "doc_id": d, "rel": 1} for f, _, d, _ in QUERIES.values()])
+    documents = pl.DataFrame([{"doc_id": d, "title": None, "text": t, "keyword_id": d} for d, t in DOCS.items()],
+                             schema_overrides={"title": pl.Utf8})
+    params = parse_params({"retrieval": {"rankers": ["bm25"], "inputs": ["multi_turn"], "first_stage_k": 4,
+                                         "rerank_depth": 2, "ks": [1, 3]}})
+    out, meta = headline.headline_table(params, pl.DataFrame(runs, schema=RUN_SCHEMA), qrels, inferred, training,
+                                        documents, {})
+    assert out.filter(pl.col("system") == "ours").is_empty() and meta["test_queries"] == 0
+    assert "retrieval.per_length" in meta["note"]
+
+
 def test_the_yes_no_reranker_and_its_base_join_with_the_same_n_at_the_same_depth(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     served, prompts = [], []

@@ -108,6 +108,10 @@ def _verdicts(per_query: pl.DataFrame, params: Params) -> pl.DataFrame:
                                       "verdict": pl.Utf8})
 
 
+NO_TEST_QUERIES = ("no sampled session is on a test-split facet, so the table holds the published rows only: "
+                   "raise retrieval.per_length (or change retrieval.seed, which also draws the facet split)")
+
+
 def retrieval_headline_asset(params: Params) -> dg.AssetsDefinition:
     """retrieval_headline after the training assets of the re-rankers training.models builds."""
     models = [m for m in TRAINED_RERANKERS if m in params.training.models]
@@ -118,6 +122,8 @@ def retrieval_headline_asset(params: Params) -> dg.AssetsDefinition:
                            qrels: pl.DataFrame, inferred_queries: pl.DataFrame, reranker_training: pl.DataFrame,
                            documents: pl.DataFrame, **trained: pl.DataFrame) -> pl.DataFrame:
         out, meta = headline_table(params, runs, qrels, inferred_queries, reranker_training, documents, trained)
+        if not meta["test_queries"]:
+            context.log.warning(NO_TEST_QUERIES)
         context.add_output_metadata(meta)
         return out
 
@@ -180,6 +186,7 @@ def headline_table(params: Params, runs: pl.DataFrame, qrels: pl.DataFrame, infe
     overall = table.filter(pl.col("breakdown") == "overall")
     meta = {
         "test_queries": len(qids), "test_facets": len(facets), "rerank_depth": cfg.rerank_depth,
+        **({"note": NO_TEST_QUERIES} if not qids else {}),
         "images": NO_IMAGES if not sum(sent.values()) else dg.MetadataValue.json(sent),
         "finetuned": folder or why,
         "yes_no": "training/reranker_generative and its base" if yes_no is not None else why_yes_no, **seconds,
