@@ -73,3 +73,13 @@ def peak_rss_mb() -> float:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # off Linux (macOS reports bytes: an upper bound)
+
+
+def print_standalone(res: BenchResult, name: str | None = None) -> None:
+    """A benchmark run on its own (`python benchmarks/bench_x.py`): its lines, then `BENCH_JSON {...}` (keyed by
+    `name` when given) for notes."""
+    import json
+
+    for label, value, note in res.lines:
+        print(f"{label:<48} {value:>14}  {note}")
+    print("BENCH_JSON " + json.dumps({name: res.metrics} if name else res.metrics))

@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from _common import BenchResult, peak_rss_mb, say  # noqa: E402
+from _common import BenchResult, peak_rss_mb, print_standalone, say  # noqa: E402
 
 DAY = "2024-05-01"  # ShareGPT records have no timestamp: one log day, the worst case for per-day memory
 MAX_EXTRACTIONS = 40
@@ -160,10 +160,7 @@ def main() -> None:
     if args.child:
         print("LOG_MEMORY_JSON " + json.dumps(child(Path(args.child))), flush=True)
         return
-    res = bench_log_memory(tuple(args.mb))
-    for label, value, note in res.lines:
-        print(f"{label:<48} {value:>14}  {note}")
-    print("BENCH_JSON " + json.dumps(res.metrics))
+    print_standalone(bench_log_memory(tuple(args.mb)))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from _common import BenchResult, ratio, say, timer
+from _common import BenchResult, print_standalone, ratio, say, timer
 from bench_backends import _free_port, _wait_http
 
 HERE = Path(__file__).resolve().parent
@@ -171,7 +171,4 @@ def _report(res: BenchResult, scale: float, cold: dict, warm: dict, rows: int, s
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=float, default=DEFAULT_SCALE, help="fraction of the paper's sizes")
-    r = bench_paper_scale(ap.parse_args().scale)
-    for label, value, note in r.lines:
-        print(f"{label:<48} {value:>14}  {note}")
-    print("BENCH_JSON " + json.dumps({"paper_scale": r.metrics}))
+    print_standalone(bench_paper_scale(ap.parse_args().scale), "paper_scale")

@@ -25,7 +25,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from _common import BenchResult, ratio, say
+from _common import BenchResult, print_standalone, ratio, say
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -168,7 +168,4 @@ def _report(res: BenchResult, requests: int, results: dict[str, dict[str, Any]],
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=DEFAULT_REQUESTS, help="chat requests per peer")
-    r = bench_peers(ap.parse_args().requests)
-    for label, value, note in r.lines:
-        print(f"{label:<48} {value:>14}  {note}")
-    print("BENCH_JSON " + json.dumps({"peers": r.metrics}))
+    print_standalone(bench_peers(ap.parse_args().requests), "peers")
