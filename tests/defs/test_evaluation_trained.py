@@ -125,6 +125,8 @@ def test_clarilm_held_out_split_is_a_dataset_and_a_planted_overlap_blocks(tmp_pa
         "evaluation": {"methods": ["base"], "datasets": ["clarilm_test"], "bertscore": False,
                        "judge_per_subtype": 0}}))
     params = load_params(str(path))  # the group's assets and checks as in definitions.py, a real-shaped embedder
+    # dt's model folder is built (its training.json), but not the export it was trained on: a failure
+    mkdirs(tmp_path / "assets/training/double_turn_dpo/training.json").write_text(json.dumps({"name": "double_turn_dpo"}))
     assets = [*dg.load_assets_from_modules([benchmark]), *evaluation.build(params).assets]
     defs = dg.Definitions(
         assets=assets, asset_checks=[*build_checks({k for a in assets for k in a.keys}),
@@ -184,12 +186,26 @@ def test_held_out_disjoint_passes_only_without_overlap_and_reads_jsonl_exports(t
                       "rows": [int(w) for w in written], "written": written,
                       "reason": [None if w else "empty: no kept rows" for w in written]}
                      ).write_parquet(mkdirs(tmp_path / f"assets/{table}.parquet"))
+    for name in ("double_turn_dpo", "single_turn_dpo"):  # both models built
+        mkdirs(tmp_path / f"assets/training/{name}/training.json").write_text(json.dumps({"name": name}))
     embed = WordsEmbedder().encode
     clean = evaluation.held_out_disjoint(params, embed, external_dialogues=_held_out(["Plan my trip"]))
     assert clean.passed and clean.metadata["exports_checked"].value == len(set(listed))
     # the question inside the export's rendered prompt is found (the template is unwrapped), case and "?" aside
     leak = evaluation.held_out_disjoint(params, embed, external_dialogues=_held_out(["who won the world cup"]))
     assert not leak.passed and leak.metadata["exact_pairs"].value == 1
+
+
+def test_held_out_disjoint_skips_a_trained_subject_that_was_never_built(tmp_path, monkeypatch):
+    """A missing export of a subject whose training folder has no training.json (`make loop` builds clarilm_sft only)
+    is no failure: nothing was trained on it; the metadata names it under not_built."""
+    monkeypatch.chdir(tmp_path)
+    params = parse_params({"llm": {"subjects": {"dt": {"backend": "transformers", "model": "training/double_turn_dpo"}}},
+                           "evaluation": {"methods": ["base"], "datasets": ["clarilm_test"]}})
+    result = evaluation.held_out_disjoint(params, WordsEmbedder().encode, external_dialogues=_held_out(["Plan it"]))
+    assert result.passed and result.metadata["exports_checked"].value == 0
+    assert all("(for dt: not built)" in x for x in result.metadata["not_built"].value)
+    assert "missing_exports" not in result.metadata
 
 
 def test_an_unfair_reference_fails_the_comparison_naming_both(tmp_path, monkeypatch):
