@@ -78,13 +78,14 @@ demo: install
 # The loop on a laptop (docs/loop.md): params.loop.yaml's groups in order (ClariLM data from the pipeline's own
 # groups -> LoRA SFT of the embedded model -> the trained model vs its base on held-out questions), then that table.
 # It writes assets/ like the demo (`dvc checkout` restores the demo's outputs afterwards).
+# The table leaves out the subjects the loop does not build (params.yaml lists them; their rows have n = 0).
 LOOP_GROUPS = logs questions facets annotations training evaluation
 loop: install
 	for g in $(LOOP_GROUPS); do clarify materialize $$g --params params.loop.yaml --log-level warning || exit 1; done
-	clarify sql "select dataset, subject, reference, n, round(accuracy, 3) as accuracy, \
+	clarify sql -f markdown --max-columns 0 "select dataset, subject, reference, n, round(accuracy, 3) as accuracy, \
 	  round(ref_accuracy, 3) as ref_accuracy, round(protocol_compliance, 3) as protocol, \
 	  round(ref_protocol_compliance, 3) as ref_protocol, round(diff, 3) as diff, round(diff_ci_low, 3) as ci_low, \
-	  round(diff_ci_high, 3) as ci_high, round(p_value, 4) as p, significant from evaluation.trained_comparison"
+	  round(diff_ci_high, 3) as ci_high, round(p_value, 4) as p, significant, verdict from evaluation.trained_comparison where n > 0"
 
 # `exec`: pytest itself gets the SIGTERM / SIGINT that make passes on, and tests/process_guard.py turns it into
 # an interrupt that runs every finaliser, so the servers and subprocesses the tests started stop with it
