@@ -61,6 +61,21 @@ def test_report_section_says_plainly_which_model_did_not_improve():
     assert trained_section(None) == [] and trained_section(trained_comparison(PRED, [])) == []
 
 
+def test_an_improvement_at_the_majority_rate_is_called_out():
+    """The loop's IN3 case: most items need a question and the trained model always asks. Significantly better than
+    a base that always answers, but no better than always asking, and the verdict says so."""
+    refs = ["clarify"] * 18 + ["answer"] * 2
+    rows = [{"dataset": "in3", "subject": who, "method": "base", "dialogue_id": f"d{i}", "turn": 1,
+             "action": act, "reference_action": ref, "status": "ok", "is_question": True, "protocol_ok": 1.0,
+             "llm_calls": 1} for i, ref in enumerate(refs) for who, act in (("sft", "clarify"), ("base_hf", "answer"))]
+    r = trained_comparison(pl.DataFrame(rows), [("sft", "base_hf")]).row(0, named=True)
+    assert r["significant"] and r["accuracy"] == 0.9 and r["ref_accuracy"] == 0.1
+    assert (r["majority_action"], r["majority_accuracy"]) == ("clarify", 0.9)
+    assert r["verdict"].startswith("improved over the reference, but not above always answering 'clarify' (90.0%)")
+    better = trained_comparison(PRED, [("sft", "base_hf")]).row(0, named=True)  # 12/12 right on a 50/50 set
+    assert better["majority_accuracy"] == 0.5 and better["verdict"] == "improved"
+
+
 def test_report_section_with_one_paired_turn_has_no_ci():
     """One paired turn: a difference but no bootstrap CI (the cold demo of 2026-11-27 crashed the report here)."""
     one = PRED.filter(pl.col("dialogue_id") == "d0")

@@ -24,6 +24,7 @@ SIDE = ["n", "accuracy", "accuracy_ci_low", "accuracy_ci_high", "clarify_f1", "m
 SCHEMA = {"dataset": pl.Utf8, "subject": pl.Utf8, "reference": pl.Utf8, "method": pl.Utf8,
           **{c: pl.Int64 if c in ("n", "judge_n") else pl.Float64 for c in SIDE},
           **{f"ref_{c}": pl.Int64 if c in ("n", "judge_n") else pl.Float64 for c in SIDE},
+          "majority_action": pl.Utf8, "majority_accuracy": pl.Float64,
           "n_paired": pl.Int64, "diff": pl.Float64, "diff_ci_low": pl.Float64, "diff_ci_high": pl.Float64,
           "test": pl.Utf8, "p_value": pl.Float64, "significant": pl.Boolean, "verdict": pl.Utf8}
 
@@ -95,12 +96,28 @@ def _side(done: pl.DataFrame, rows: pl.DataFrame, quality: pl.DataFrame | None, 
     return out
 
 
-def verdict(n_paired: int, diff: float | None, significant: bool, min_n: int) -> str:
-    """Plain words for the paired result: improved / worse only when significant, else says it did not improve."""
+def majority(done: pl.DataFrame) -> tuple[str | None, float | None]:
+    """The more frequent reference action of the evaluated turns and the accuracy of always taking it (turns
+    weighted as the accuracy is): what a model that learned only the majority action scores."""
+    if done.is_empty():
+        return None, None
+    w = done.group_by("reference_action").agg(pl.col("weight").sum()).sort("weight", "reference_action",
+                                                                         descending=[True, False])
+    return w["reference_action"][0], float(w["weight"][0] / w["weight"].sum())
+
+
+def verdict(n_paired: int, diff: float | None, significant: bool, min_n: int,
+            accuracy: float | None = None, majority_rate: tuple[str | None, float | None] = (None, None)) -> str:
+    """Plain words for the paired result: improved / worse only when significant, else says it did not improve;
+    an improvement that does not beat always taking the majority action says so."""
     if not n_paired or diff is None:
         return "not compared (no turns evaluated by both)"
     if n_paired < min_n:
         return f"too few paired turns ({n_paired} < {min_n}) to tell; no improvement shown"
+    action, rate = majority_rate
+    if significant and diff > 0 and accuracy is not None and rate is not None and accuracy <= rate:
+        return (f"improved over the reference, but not above always answering '{action}' ({rate:.1%}): "
+                "it learned the majority action, not when to take it")
     if significant:
         return "improved" if diff > 0 else "worse"
     return "no significant difference: does not improve" if diff <= 0 else "higher, but not significantly: no improvement shown"
@@ -137,10 +154,12 @@ def trained_comparison(pred: pl.DataFrame, pairs: Sequence[tuple[str, str]], met
             mine = _side(a, sides[subject][0], quality, (dataset, subject, method), clarify_must_be_question)
             ref = _side(b, sides[reference][0], quality, (dataset, reference, method), clarify_must_be_question)
             diff = float(test["mean_diff"]) if n else None
+            most = majority(a)
             rows.append({"dataset": dataset, "subject": subject, "reference": reference, "method": method, **mine,
-                         **{f"ref_{k}": v for k, v in ref.items()}, "n_paired": n, "diff": diff,
+                         **{f"ref_{k}": v for k, v in ref.items()}, "majority_action": most[0],
+                         "majority_accuracy": most[1], "n_paired": n, "diff": diff,
                          "diff_ci_low": test["diff_ci_low"] if n else None,
                          "diff_ci_high": test["diff_ci_high"] if n else None, "test": test["test"],
                          "p_value": test["p"] if n else None, "significant": sig,
-                         "verdict": verdict(n, diff, sig, min_n)})
+                         "verdict": verdict(n, diff, sig, min_n, mine.get("accuracy"), most)})
     return pl.DataFrame(rows, schema=SCHEMA).fill_nan(None)
