@@ -101,6 +101,9 @@ class EvaluationConfig(Strict):
     methods: list[MethodName] = Field(default_factory=lambda: ["base"])
     subject_methods: dict[str, list[MethodName]] = Field(
         default_factory=dict, description="subject -> the methods it runs (a subset of methods); unlisted: all")
+    dataset_methods: dict[str, list[MethodName]] | None = Field(
+        None, description="dataset -> the methods run on it (a subset of methods); unlisted: all; null (what a "
+                          "preset sets to undo params.yaml's entries): every method on every dataset")
     trained_baseline: str | None = Field(None, description="the untrained subject every trained subject "
                                                            "(model training/<name>) is compared with")
     trained_pairs: list[list[str]] = Field(default_factory=list, description="more [subject, reference] comparisons")
@@ -169,6 +172,16 @@ class EvaluationConfig(Strict):
             if extra or not chosen:
                 raise ValueError(f"evaluation.subject_methods.{subject}: {extra or 'an empty list'} "
                                  f"not in evaluation.methods {self.methods}")
+        for dataset, chosen in (self.dataset_methods or {}).items():
+            extra = sorted(set(chosen) - set(self.methods))
+            if dataset not in known or extra or not chosen:
+                raise ValueError(f"evaluation.dataset_methods.{dataset}: " + (
+                    f"unknown dataset; known: {sorted(known)}" if dataset not in known
+                    else f"{extra or 'an empty list'} not in evaluation.methods {self.methods}"))
+            if self.trained_method not in chosen and (self.trained_baseline or self.trained_pairs
+                                                      or self.judge_subject_pairs):
+                raise ValueError(f"evaluation.dataset_methods.{dataset}: leaves out trained_method "
+                                 f"{self.trained_method!r}, which the trained comparisons run on every dataset")
         bad_pairs = [p for p in self.trained_pairs if len(p) != 2 or p[0] == p[1]]
         if bad_pairs:
             raise ValueError(f"evaluation.trained_pairs: each entry is two different subjects, got {bad_pairs[0]}")
@@ -196,6 +209,10 @@ class EvaluationConfig(Strict):
         if self.judge_subject_datasets is not None and not self.judge_subject_datasets:
             raise ValueError("evaluation.judge_subject_datasets: an empty list (null: every dataset both were "
                              "evaluated on; to judge no subject pair, set judge_subject_pairs: [])")
+
+    def methods_on(self, dataset: str) -> list[str]:
+        """The methods run on `dataset`: its evaluation.dataset_methods entry, else every method."""
+        return list((self.dataset_methods or {}).get(dataset, self.methods))
 
     def methods_for(self, subject: str) -> list[str]:
         """The methods `subject` is evaluated with: its evaluation.subject_methods entry, else every method."""

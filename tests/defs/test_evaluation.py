@@ -13,7 +13,7 @@ import yaml
 from fakes import ScriptedBackend, schema_responder, scripted_llm
 
 from dagster_project.cli import group_stages, materialize_group
-from dagster_project.config import METHOD_NAMES, load_params
+from dagster_project.config import METHOD_NAMES, ParamsError, load_params, parse_params
 from dagster_project.defs.benchmark import assets as benchmark
 from dagster_project.defs.evaluation import assets as evaluation
 from dagster_project.defs.quality.checks import build_checks
@@ -321,6 +321,28 @@ def test_external_datasets_run_through_every_method(tmp_path, monkeypatch):
     m = pl.read_parquet(tmp_path / "assets/evaluation/metric_tables.parquet")
     overall = m.filter(pl.col("breakdown") == "overall")
     assert sorted(overall["dataset"].unique()) == ["clamber", "mine"]
+
+
+def test_dataset_methods_run_fewer_methods_on_a_dataset(tmp_path, monkeypatch):
+    """evaluation.dataset_methods: clamber gets base only, mine both methods; every table and check still holds."""
+    external = {"clamber": {"format": "clamber", "path": str(REPO / "data/external/clamber_sample.jsonl")},
+                "mine": {"format": "generic", "path": str(REPO / "data/external/generic_sample.jsonl")}}
+    results = _build(tmp_path, monkeypatch, methods=["base", "clarify_agent"], datasets=["clamber", "mine"],
+                     external=external, judge_pairs=[], dataset_methods={"clamber": ["base"]})
+    failed = [name for name, ok in _checks(results).items() if not ok]
+    assert all(r.success for r in results) and not failed, failed
+    p = read_asset(tmp_path / "assets", "evaluation", "predictions")
+    runs = {(d, m): n for d, m, n in p.group_by("dataset", "method").len().iter_rows()}
+    assert runs == {("clamber", "base"): 4, ("mine", "base"): 6, ("mine", "clarify_agent"): 6}
+    m = pl.read_parquet(tmp_path / "assets/evaluation/metric_tables.parquet")
+    assert set(m.filter(pl.col("dataset") == "clamber")["method"]) == {"base"}
+    with pytest.raises(ParamsError, match=r"dataset_methods.nope: unknown dataset; known: \['clarifymt', "):
+        parse_params({"evaluation": {"dataset_methods": {"nope": ["base"]}}})
+    with pytest.raises(ParamsError, match=r"dataset_methods.clarifymt: \['cot'\] not in evaluation.methods"):
+        parse_params({"evaluation": {"methods": ["base"], "dataset_methods": {"clarifymt": ["cot"]}}})
+    with pytest.raises(ParamsError, match="leaves out trained_method 'base'"):
+        parse_params({"evaluation": {"methods": ["base", "cot"], "trained_baseline": "smollm2",
+                                     "dataset_methods": {"clarifymt": ["cot"]}}})
 
 
 def test_external_datasets_alone_need_no_benchmark_outputs(tmp_path, monkeypatch):

@@ -194,7 +194,7 @@ def _predict(context: dg.AssetExecutionContext, params: Params, llm: LLMResource
     if subject not in params.llm.subjects:
         raise dg.Failure(description=f"subject {subject!r} is not in params.yaml llm.subjects "
                                      f"{sorted(params.llm.subjects)}: reload the code location")
-    datasets = subject_datasets(params, subject)
+    datasets = [d for d in subject_datasets(params, subject) if method_name in params.evaluation.methods_on(d)]
     chosen = sampled.filter(pl.col("dataset").is_in(datasets))
     selected = turns.join(chosen, on=["dataset", "dialogue_id"], how="semi")
     planned = method_name in params.evaluation.methods_for(subject)
