@@ -31,7 +31,7 @@ TINY = {
                   "annotations_path": None, "validation": {"subtype_check": False, "min_quality": 1}},
     "evaluation": {"subject_max_tokens": 32, "methods": ["base", "clarify_agent", "clarify_agent_no_planner"],
                    "max_dialogues": None, "judge_per_subtype": 1, "judge_pairs": [["clarify_agent", "base"]],
-                   "bertscore": False, "datasets": ["clarifymt", "clarilm_test"],
+                   "bertscore": False, "datasets": ["clarifymt", "clarilm_test"], "dataset_methods": None,
                    "subject_methods": {"smollm2_hf": ["base"], "clarilm_sft": ["base"], "clarilm_dpo": ["base"]},
                    "trained_pairs": [["clarilm_dpo", "clarilm_sft"]],
                    # model-vs-model judging (Fig. 4) would evaluate its two subjects on more datasets than the others;

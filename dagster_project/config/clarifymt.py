@@ -102,8 +102,8 @@ class EvaluationConfig(Strict):
     subject_methods: dict[str, list[MethodName]] = Field(
         default_factory=dict, description="subject -> the methods it runs (a subset of methods); unlisted: all")
     dataset_methods: dict[str, list[MethodName]] | None = Field(
-        None, description="dataset -> the methods run on it (a subset of methods); unlisted: all; null (what a "
-                          "preset sets to undo params.yaml's entries): every method on every dataset")
+        None, description="dataset -> the methods run on it (evaluation.methods narrowed to these); unlisted: "
+                          "all; null (what a preset sets to undo params.yaml's entries): every method everywhere")
     trained_baseline: str | None = Field(None, description="the untrained subject every trained subject "
                                                            "(model training/<name>) is compared with")
     trained_pairs: list[list[str]] = Field(default_factory=list, description="more [subject, reference] comparisons")
@@ -172,14 +172,14 @@ class EvaluationConfig(Strict):
             if extra or not chosen:
                 raise ValueError(f"evaluation.subject_methods.{subject}: {extra or 'an empty list'} "
                                  f"not in evaluation.methods {self.methods}")
-        for dataset, chosen in (self.dataset_methods or {}).items():
-            extra = sorted(set(chosen) - set(self.methods))
-            if dataset not in known or extra or not chosen:
-                raise ValueError(f"evaluation.dataset_methods.{dataset}: " + (
-                    f"unknown dataset; known: {sorted(known)}" if dataset not in known
-                    else f"{extra or 'an empty list'} not in evaluation.methods {self.methods}"))
-            if self.trained_method not in chosen and (self.trained_baseline or self.trained_pairs
-                                                      or self.judge_subject_pairs):
+        for dataset in (self.dataset_methods or {}):
+            if dataset not in known:
+                raise ValueError(f"evaluation.dataset_methods.{dataset}: unknown dataset; known: {sorted(known)}")
+            chosen = self.methods_on(dataset)
+            if dataset in self.datasets and not chosen:
+                raise ValueError(f"evaluation.dataset_methods.{dataset}: none of evaluation.methods {self.methods}")
+            if dataset in self.datasets and self.trained_method not in chosen and (
+                    self.trained_baseline or self.trained_pairs or self.judge_subject_pairs):
                 raise ValueError(f"evaluation.dataset_methods.{dataset}: leaves out trained_method "
                                  f"{self.trained_method!r}, which the trained comparisons run on every dataset")
         bad_pairs = [p for p in self.trained_pairs if len(p) != 2 or p[0] == p[1]]
@@ -211,8 +211,9 @@ class EvaluationConfig(Strict):
                              "evaluated on; to judge no subject pair, set judge_subject_pairs: [])")
 
     def methods_on(self, dataset: str) -> list[str]:
-        """The methods run on `dataset`: its evaluation.dataset_methods entry, else every method."""
-        return list((self.dataset_methods or {}).get(dataset, self.methods))
+        """The methods run on `dataset`: evaluation.methods, narrowed to its dataset_methods entry if it has one."""
+        chosen = (self.dataset_methods or {}).get(dataset)
+        return [m for m in self.methods if chosen is None or m in chosen]
 
     def methods_for(self, subject: str) -> list[str]:
         """The methods `subject` is evaluated with: its evaluation.subject_methods entry, else every method."""
