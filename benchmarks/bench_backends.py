@@ -211,4 +211,39 @@ def bench_tokens(max_tokens: int = 128, repeats: int = 3) -> BenchResult:
         best = max(best, out / t[0])
     res.add("llamacpp_tok_s", best, "llama.cpp SmolLM2-135M Q4_1, 2 threads", "tok/s",
             note=f"best of {repeats} x {max_tokens}-token replies, incl. prompt processing")
+    _grammar_tokens(res, llm, max_tokens)
     return res
+
+
+GRAMMAR_SCHEMA = {"type": "object", "required": ["query", "clarifying_question", "missing_info"], "properties": {
+    "query": {"type": "string"}, "clarifying_question": {"type": "string"},
+    "missing_info": {"type": "array", "items": {"type": "string"}}}}
+
+
+def _grammar_tokens(res: BenchResult, plain: object, max_tokens: int, seeds: int = 6) -> None:
+    """JSON-schema generations: llama-cpp-python's grammar sampler (every vocabulary token checked per step) vs the
+    backend's LazyGrammarLlama (the likely tokens first), same prompts and seeds; the texts must be identical."""
+    from dagster_project.llm.backends.lazy_grammar import LazyGrammarLlama
+    from dagster_project.llm.backends.llamacpp import grammar_kwargs, resolve_gguf
+
+    lazy = LazyGrammarLlama(model_path=str(resolve_gguf("smollm2-135m-instruct")), n_ctx=2048, n_threads=2,
+                            verbose=False, seed=0)
+    msgs = [{"role": "user", "content": "Invent an ambiguous request a user might send to an assistant, the "
+                                        "question the assistant should ask, and what is missing. Reply in JSON."}]
+    speed, texts, full, steps = {}, {}, 0, 0
+    for name, llm in (("plain", plain), ("lazy", lazy)):
+        n, out = 0, []
+        with timer() as t:
+            for k in range(seeds):
+                r = llm.create_chat_completion(messages=msgs, max_tokens=max_tokens, temperature=0.0 if k % 2 else 0.7,
+                                               seed=k, **grammar_kwargs(GRAMMAR_SCHEMA))
+                n, out = n + r["usage"]["completion_tokens"], [*out, r["choices"][0]["message"]["content"]]
+                if name == "lazy":
+                    steps, full = steps + lazy.last_grammar.steps, full + lazy.last_grammar.full_checks
+        speed[name], texts[name] = n / t[0], out
+    res.add("grammar_plain_tok_s", speed["plain"], "JSON grammar, llama-cpp-python's sampler", "tok/s",
+            note=f"{seeds} replies, greedy and T=0.7 alternating")
+    res.add("grammar_lazy_tok_s", speed["lazy"], "JSON grammar, LazyGrammarLlama (the backend's)", "tok/s",
+            note=f"{full} of {steps} steps checked the whole vocabulary")
+    res.add("grammar_lazy_speedup", ratio(speed["lazy"], speed["plain"]), "lazy vs plain grammar", "x",
+            note="identical texts" if texts["lazy"] == texts["plain"] else "TEXTS DIFFER")

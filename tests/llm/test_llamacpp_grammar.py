@@ -40,3 +40,32 @@ def test_sampled_json_is_compact_and_a_cut_off_sample_is_flagged(backend):
         assert json.loads(text)["action"] in ("answer", "clarify")
         assert not re.search(r"\s", _STRINGS.sub("", text)), text  # no whitespace outside strings
     assert cut.error is None and cut.truncated == [True]
+
+
+RICH = {"type": "object", "properties": {"query": {"type": "string"}, "missing_info": {"type": "array",
+        "items": {"type": "string"}}, "n": {"type": "integer"}, "ok": {"type": "boolean"}},
+        "required": ["query", "missing_info", "n", "ok"]}
+
+
+def test_lazy_grammar_picks_the_tokens_the_full_grammar_picks():
+    """Checking the likely tokens first changes no token: greedy and sampled, the same text as llama-cpp-python's
+    own grammar sampler, while steps where enough likely tokens are allowed skip the full-vocabulary check."""
+    from llama_cpp import Llama
+
+    from dagster_project.llm.backends.lazy_grammar import LazyGrammarLlama
+    from dagster_project.llm.backends.llamacpp import grammar_kwargs, resolve_gguf
+
+    path = str(resolve_gguf("smollm2-135m-instruct"))
+    plain, lazy = (cls(model_path=path, n_ctx=512, verbose=False, n_threads=2, seed=0)
+                   for cls in (Llama, LazyGrammarLlama))
+    messages = [{"role": "user", "content": "Write an ambiguous travel request and what is missing, as JSON."}]
+    steps = full = 0
+    for temperature, seed in ((0.0, 0), (0.7, 1), (1.0, 2)):
+        kw = {"messages": messages, "max_tokens": 48, "temperature": temperature, "top_p": 0.95, "seed": seed}
+        want = plain.create_chat_completion(**kw, **grammar_kwargs(RICH))["choices"][0]["message"]["content"]
+        got = lazy.create_chat_completion(**kw, **grammar_kwargs(RICH))["choices"][0]["message"]["content"]
+        assert got == want, (temperature, want, got)
+        steps, full = steps + lazy.last_grammar.steps, full + lazy.last_grammar.full_checks
+    assert 0 < full < steps, (steps, full)
+    free = lazy.create_chat_completion(messages=messages, max_tokens=8, temperature=0.0)  # no grammar: no wrapper
+    assert free["choices"][0]["message"]["content"]

@@ -56,15 +56,16 @@ def grammar_kwargs(schema: dict[str, Any] | None) -> dict[str, Any]:
 
 
 class LlamaCppBackend:
-    """In-process llama.cpp on CPU; JSON schemas become compact grammars, so even a 135M model returns valid JSON."""
+    """In-process llama.cpp on CPU; JSON schemas become compact grammars, so even a 135M model returns valid JSON
+    (checked against the likely tokens first: lazy_grammar.py)."""
 
     chunk_size = 4
     _lock = threading.Lock()
 
     def __init__(self, cfg: RoleConfig):
-        from llama_cpp import Llama
+        from dagster_project.llm.backends.lazy_grammar import LazyGrammarLlama
 
-        self.llm = Llama(model_path=str(resolve_gguf(cfg.model)), n_ctx=cfg.n_ctx, verbose=False,
+        self.llm = LazyGrammarLlama(model_path=str(resolve_gguf(cfg.model)), n_ctx=cfg.n_ctx, verbose=False,
                          n_threads=cfg.n_threads or os.cpu_count() or 2, seed=cfg.seed)
 
     def generate(self, jobs: list[Job]) -> list[JobOutput]:
