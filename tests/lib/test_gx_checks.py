@@ -220,3 +220,17 @@ def test_paired_turns_are_checked_per_dataset(suites):
     assert not _paired_failed(suites, base | {("clarifymt", "clarilm_sft", "base"): 4})
     assert _paired_failed(suites, base | {("clarifymt", "clarilm_sft", "base"): 3})
     assert _paired_failed(suites, base | {("in3", "smollm2", "cot"): 1})
+
+
+def test_retrieval_metrics_in_range_leave_the_mrr_difference_alone(suites):
+    """mrr_diff (a ranker minus its comparison) may be negative; mrr / P@k / nDCG@k may not (the demo of 2026-11-27
+    failed this check on a generative re-ranker 0.25 below BM25)."""
+    row = {"system": "ours", "breakdown": "overall", "input": "multi_turn", "modality": "text_only", "ranker": "bm25",
+           "n_queries": 1, "n_excluded": 0, "images_sent": 0, "mrr": 0.5, "p_at_1": 0.0, "ndcg_at_1": 0.0,
+           "mrr_diff": -0.25}
+
+    def bad(**over) -> list[str]:
+        _, meta = validate_frame(pl.DataFrame([row | over]), suites["headlines/retrieval_headline"], PARAMS)
+        return [label for label in failed(meta) if "every metric in [0, 1]" in label]
+
+    assert not bad() and bad(mrr=1.5) and bad(ndcg_at_1=-0.1)
