@@ -33,6 +33,7 @@ DEFAULT_SCALE = 0.05  # `make bench`: 1/20 of the paper (4 queries per subtype);
 PAPER_METHODS = ["base", "majority_vote", "cot", "intent_sim", "at_cot", "clarify_agent",
                  "clarify_agent_no_planner", "clarify_agent_no_perceiver", "clarify_agent_no_forecaster"]
 PAPER = {"n_per_subtype": 85, "judge_per_subtype": 30, "pairwise_items": 100}
+PROFILE = "PAPER_SCALE_PROFILE"  # set: each worker runs under cProfile -> results/paper_scale_<cold|warm>.prof
 
 
 def scaled_params(base_url: str, cache: Path, scale: float) -> dict[str, Any]:
@@ -69,7 +70,8 @@ def _stats(url: str) -> dict[str, float]:
 def _worker(work: Path, params: Path, name: str) -> dict[str, Any]:
     """One run in a subprocess; its stage lines (with the RSS after each) go to results/paper_scale_<name>.log."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "TQDM_DISABLE": "1"}
-    proc = subprocess.run([sys.executable, str(HERE / "paper_scale_worker.py"), str(work), str(params)],
+    profile = ["-m", "cProfile", "-o", str(HERE / "results" / f"paper_scale_{name}.prof")] if PROFILE in env else []
+    proc = subprocess.run([sys.executable, *profile, str(HERE / "paper_scale_worker.py"), str(work), str(params)],
                           check=False, env=env, capture_output=True, text=True)
     log = HERE / "results" / f"paper_scale_{name}.log"
     log.parent.mkdir(exist_ok=True)
