@@ -103,7 +103,8 @@ class EvaluationConfig(Strict):
         default_factory=dict, description="subject -> the methods it runs (a subset of methods); unlisted: all")
     dataset_methods: dict[str, list[MethodName]] | None = Field(
         None, description="dataset -> the methods run on it (evaluation.methods narrowed to these); unlisted: "
-                          "all; null (what a preset sets to undo params.yaml's entries): every method everywhere")
+                          "all; entries for datasets not in `datasets` are ignored; null (what a preset sets to undo "
+                          "params.yaml's entries): every method everywhere")
     trained_baseline: str | None = Field(None, description="the untrained subject every trained subject "
                                                            "(model training/<name>) is compared with")
     trained_pairs: list[list[str]] = Field(default_factory=list, description="more [subject, reference] comparisons")
@@ -172,13 +173,13 @@ class EvaluationConfig(Strict):
             if extra or not chosen:
                 raise ValueError(f"evaluation.subject_methods.{subject}: {extra or 'an empty list'} "
                                  f"not in evaluation.methods {self.methods}")
-        for dataset in (self.dataset_methods or {}):
-            if dataset not in known:
-                raise ValueError(f"evaluation.dataset_methods.{dataset}: unknown dataset; known: {sorted(known)}")
+        # entries for datasets not evaluated are ignored, so a preset or test that narrows `datasets` / `external`
+        # need not also edit this mapping
+        for dataset in set(self.dataset_methods or {}) & set(self.datasets):
             chosen = self.methods_on(dataset)
-            if dataset in self.datasets and not chosen:
+            if not chosen:
                 raise ValueError(f"evaluation.dataset_methods.{dataset}: none of evaluation.methods {self.methods}")
-            if dataset in self.datasets and self.trained_method not in chosen and (
+            if self.trained_method not in chosen and (
                     self.trained_baseline or self.trained_pairs or self.judge_subject_pairs):
                 raise ValueError(f"evaluation.dataset_methods.{dataset}: leaves out trained_method "
                                  f"{self.trained_method!r}, which the trained comparisons run on every dataset")

@@ -69,3 +69,5 @@ def test_lazy_grammar_picks_the_tokens_the_full_grammar_picks():
     assert 0 < full < steps, (steps, full)
     free = lazy.create_chat_completion(messages=messages, max_tokens=8, temperature=0.0)  # no grammar: no wrapper
     assert free["choices"][0]["message"]["content"]
+    for llm in (plain, lazy):  # their threads and memory go now, not whenever the collector finds them
+        llm.close()
