@@ -71,6 +71,15 @@ def case(tmp_path):
             proc.kill()
 
 
+def _as_from_a_shell() -> None:
+    """In the child before exec: SIGINT / SIGTERM at their defaults and unblocked, as a shell or CI runner starts make.
+    A disposition the suite's own process holds when it starts make (an ignored SIGINT / SIGTERM is inherited
+    through exec, and make keeps an inherited ignore) must not decide what this test sees."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_to_make_test_stops_pytest_and_what_it_started(case, signum):
     """SIGTERM to make alone (a CI runner, `kill`): make passes it on to pytest. SIGINT to make's whole process
@@ -79,7 +88,8 @@ def test_a_signal_to_make_test_stops_pytest_and_what_it_started(case, signum):
     args = f"-p process_guard -p no:cacheprovider -k test_waits {folder / 'test_case.py'}"
     with open(folder / "make.log", "wb") as log:
         make = subprocess.Popen(["make", "-s", "-o", "install", "-C", str(REPO), "test", f"PYTEST_ARGS={args}"],
-                                env=env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+                                env=env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=_as_from_a_shell)
     try:
         deadline = time.monotonic() + 300  # generous bounds: a loaded 2-core machine starts and stops pytest slowly
         while not (folder / "started").exists():
