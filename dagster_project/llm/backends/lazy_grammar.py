@@ -38,6 +38,7 @@ class LazyGrammar:
         self.keep, self.top_n, self.steps, self.full_checks = keep, top_n, 0, 0
         self._buf = (lib.llama_token_data * top_n)()
         self._small = lib.llama_token_data_array(data=self._buf, size=top_n, selected=-1, sorted=False)
+        self._small_view = _records(self._buf, top_n)
         self._callbacks = (lib.llama_sampler_i_apply(self._apply), lib.llama_sampler_i_accept(self._accept),
                            lib.llama_sampler_i_reset(self._reset))
         self._iface = lib.llama_sampler_i()
@@ -55,7 +56,7 @@ class LazyGrammar:
             return
         full = _records(arr.data, arr.size)
         top = np.argpartition(full["logit"], -self.top_n)[-self.top_n:]
-        small = _records(self._buf, self.top_n)
+        small = self._small_view
         small[:] = full[top]
         self._small.size, self._small.selected, self._small.sorted = self.top_n, -1, False
         lib.llama_sampler_apply(self.grammar, ctypes.byref(self._small))
