@@ -30,6 +30,11 @@ class RoleConfig(Strict):
     max_retries: int = Field(3, ge=0)
     n_ctx: int = Field(2048, gt=0)
     n_threads: int | None = None
+    # llamacpp: run the GGUF re-encoded by llama.cpp's quantizer (made once into the models folder). q8_0 turns the
+    # embedded Q4_1 file into one whose prompt processing is ~1.5x faster on x86 CPUs (docs/backends.md)
+    quantize: Literal["q8_0", "q4_0"] | None = None
+    # llamacpp: KV states of earlier prompts kept to reuse shared prefixes across interleaved calls (0: off)
+    prefix_cache_mb: int = Field(256, ge=0)
     # vllm: passed to vllm.LLM; transformers: device (auto | cpu | cuda), dtype (float32 | bfloat16 | float16), batch_size
     engine_kwargs: dict[str, object] = Field(default_factory=dict)
     # openai backend: how a JSON schema is sent. "json_schema" is OpenAI's / vLLM's format;

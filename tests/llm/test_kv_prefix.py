@@ -1,0 +1,79 @@
+"""Prompt-prefix reuse in the embedded llama.cpp backend: the state store, and on the real SmolLM2-135M that
+interleaved dialogues give the same replies with far fewer prompt tokens evaluated; the Q8_0 re-encoding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dagster_project.config import RoleConfig
+from dagster_project.llm.backends.kv_prefix import PrefixStates, common_prefix
+from dagster_project.llm.identity import _gguf_path, cache_identity
+
+
+def toks(*ids: int) -> np.ndarray:
+    return np.array(ids, dtype=np.intc)
+
+
+def test_common_prefix():
+    assert common_prefix(toks(1, 2, 3), toks(1, 2, 4, 5)) == 2
+    assert common_prefix(toks(1, 2), toks(1, 2, 3)) == 2
+    assert common_prefix(toks(9), toks(1)) == 0
+
+
+def test_store_returns_the_longest_shared_prefix_and_drops_superseded_and_old_states():
+    store = PrefixStates(max_bytes=30)
+    store.add(toks(1, 2, 3), b"a" * 10)
+    store.add(toks(1, 2, 3, 4, 5), b"b" * 10)  # extends the first: the first is dropped
+    assert len(store) == 1 and store.used == 10
+    store.add(toks(7, 8), b"c" * 10)
+    got = store.longest(toks(1, 2, 3, 9))
+    assert got is not None and got[1] == b"b" * 10 and got[2] == 3
+    assert store.longest(toks(4, 4)) is None
+    store.add(toks(6), b"d" * 10)
+    store.add(toks(5), b"e" * 10)  # over 30 bytes: the least recently used (7, 8) goes, not the one just read
+    assert store.used == 30 and store.longest(toks(7, 8)) is None and store.longest(toks(1, 2)) is not None
+    store.add(toks(0), b"f" * 31)  # larger than the whole budget: not kept
+    assert store.used == 30 and store.longest(toks(0)) is None
+
+
+llama_cpp = pytest.importorskip("llama_cpp")
+
+
+def _dialogues(cache_mb: int) -> tuple[list[str], int, int]:
+    """Three dialogues advanced turn by turn, interleaved as the evaluation sends them."""
+    from dagster_project.llm.backends.llamacpp import LlamaCppBackend
+
+    backend = LlamaCppBackend(RoleConfig(n_ctx=1024, n_threads=2, quantize="q8_0", prefix_cache_mb=cache_mb))
+    system = {"role": "system", "content": "Decide whether the user's request is ambiguous and say why. " * 4}
+    turns = ["I need a good book.", "Something about history.", "Preferably short, under 200 pages."]
+    history = [[system] for _ in range(3)]
+    texts, prompt_tokens = [], 0
+    for turn in turns:
+        for d, h in enumerate(history):
+            h.append({"role": "user", "content": f"({d}) {turn}"})
+            r = backend.llm.create_chat_completion(messages=list(h), max_tokens=12, temperature=0.0)
+            backend.llm.remember()
+            texts.append(r["choices"][0]["message"]["content"])
+            prompt_tokens += r["usage"]["prompt_tokens"]
+            h.append({"role": "assistant", "content": texts[-1]})
+    saved = backend.llm.prefixes.saved_tokens
+    backend.llm.close()
+    return texts, prompt_tokens, saved
+
+
+def test_interleaved_dialogues_reuse_their_own_history_with_identical_replies():
+    plain, tokens, saved_plain = _dialogues(0)
+    reused, tokens_again, saved = _dialogues(64)
+    assert reused == plain and tokens_again == tokens
+    assert saved_plain == 0 and saved > tokens // 4  # each dialogue's earlier turns are not read again
+
+
+def test_q8_0_reencoding_is_made_once_and_has_its_own_cache_identity():
+    _gguf_path.cache_clear()
+    q8 = _gguf_path("smollm2-135m-instruct", "q8_0")
+    mtime = q8.stat().st_mtime_ns
+    _gguf_path.cache_clear()
+    assert _gguf_path("smollm2-135m-instruct", "q8_0") == q8 and q8.stat().st_mtime_ns == mtime
+    plain, q = cache_identity(RoleConfig()), cache_identity(RoleConfig(quantize="q8_0"))
+    assert plain["model_file"] != q["model_file"] and plain["model"] == q["model"]
