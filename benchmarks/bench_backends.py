@@ -212,7 +212,62 @@ def bench_tokens(max_tokens: int = 128, repeats: int = 3) -> BenchResult:
     res.add("llamacpp_tok_s", best, "llama.cpp SmolLM2-135M Q4_1, 2 threads", "tok/s",
             note=f"best of {repeats} x {max_tokens}-token replies, incl. prompt processing")
     _grammar_tokens(res, llm, max_tokens)
+    _prompt_speed(res)
+    _prefix_reuse(res)
     return res
+
+
+def _prompt_speed(res: BenchResult, repeats: int = 3) -> None:
+    """Prompt processing of the wheel's Q4_1 file vs its Q8_0 re-encoding (llm role key `quantize`)."""
+    from llama_cpp import Llama
+
+    from dagster_project.llm.backends.llamacpp import gguf_to_load
+
+    speed = {}
+    for q in (None, "q8_0"):
+        llm = Llama(model_path=str(gguf_to_load("smollm2-135m-instruct", q)), n_ctx=2048, n_threads=2, verbose=False)
+        tokens = llm.tokenize(("Decide whether the request is ambiguous and what to ask about it. " * 50).encode())
+        best = 0.0
+        for _ in range(repeats):
+            llm.reset()
+            with timer() as t:
+                llm.eval(tokens)
+            best = max(best, len(tokens) / t[0])
+        speed[q or "q4_1"] = best
+        llm.close()
+    res.add("prompt_q4_1_tok_s", speed["q4_1"], "prompt processing, the wheel's Q4_1", "tok/s",
+            note=f"best of {repeats} x {len(tokens)} tokens")
+    res.add("prompt_q8_0_tok_s", speed["q8_0"], "prompt processing, re-encoded as Q8_0 (quantize: q8_0)", "tok/s")
+    res.add("prompt_q8_0_speedup", ratio(speed["q8_0"], speed["q4_1"]), "Q8_0 vs Q4_1 prompt processing", "x")
+
+
+def _prefix_reuse(res: BenchResult, dialogues: int = 6, turns: int = 4) -> None:
+    """Dialogues advanced one turn at a time across all of them (as the evaluation sends them) through the
+    backend's model, with and without prefix reuse (prefix_cache_mb); the replies must be identical."""
+    from dagster_project.config import RoleConfig
+    from dagster_project.llm.backends.llamacpp import LlamaCppBackend
+
+    system = {"role": "system", "content": "You are an assistant that asks one clarifying question when a "
+                                           "request is ambiguous and answers it otherwise. " * 4}
+    said = ["I want to plan a trip.", "Somewhere warm, in spring.", "Two people, about a week.", "A moderate budget."]
+    wall, texts, saved = {}, {}, 0
+    for mb in (0, 256):
+        backend = LlamaCppBackend(RoleConfig(quantize="q8_0", n_threads=2, prefix_cache_mb=mb))
+        history, out = [[system] for _ in range(dialogues)], []
+        with timer() as t:
+            for turn in range(turns):
+                for d, h in enumerate(history):
+                    h.append({"role": "user", "content": f"({d}) {said[turn % len(said)]}"})
+                    r = backend.llm.create_chat_completion(messages=list(h), max_tokens=24, temperature=0.0)
+                    backend.llm.remember()
+                    out.append(r["choices"][0]["message"]["content"])
+                    h.append({"role": "assistant", "content": out[-1]})
+        wall[mb], texts[mb] = t[0], out
+        saved = saved or backend.llm.prefixes.saved_tokens
+        backend.llm.close()
+    res.add("prefix_reuse_speedup", ratio(wall[0], wall[256]), "interleaved dialogues: prefix reuse vs none", "x",
+            note=f"{dialogues} dialogues x {turns} turns, {saved} prompt tokens not re-read; "
+                 + ("identical replies" if texts[0] == texts[256] else "REPLIES DIFFER"))
 
 
 GRAMMAR_SCHEMA = {"type": "object", "required": ["query", "clarifying_question", "missing_info"], "properties": {

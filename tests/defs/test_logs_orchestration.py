@@ -125,6 +125,10 @@ def test_the_group_runner_ingests_a_range_of_days_in_one_run_that_reads_each_fil
     assert (ledger["file_records_read"] == ledger["file_records_counted"]).all() and ledger["records_read"].sum() == 2
     mats = instance.fetch_materializations(dg.AssetKey(["logs", "raw_logs"]), limit=10).records
     assert sorted(m.partition_key for m in mats) == days  # one materialization per day, from one run
+    extracted = instance.fetch_materializations(dg.AssetKey(["logs", "log_clarifications"]), limit=10).records
+    calls = {m.partition_key: m.asset_materialization.metadata["llm/requests"].value for m in extracted}
+    rows = {d: pl.read_parquet(tmp_path / f"assets/logs/log_clarifications/{d}.parquet").height for d in days}
+    assert calls == rows and calls["2024-05-03"] == 2 * calls["2024-05-01"]  # each day its own calls, not the run's total
 
 
 def test_new_log_days_trigger_the_clarilm_refresh(tmp_path):

@@ -171,16 +171,19 @@ def build(params: Params) -> dg.Definitions:
         day's candidates are read logs.read_batch_size at a time, and each batch's rows go straight to that day's
         Parquet file."""
         cfg = params.logs
-        chat = llm.session(context)
-        tally = extraction_counts(pl.DataFrame(schema=EXTRACTION_COLUMNS))  # zeros, for a run without candidates
         with tempfile.TemporaryDirectory(prefix="log_clarifications_") as tmp:
-            out = PartitionWriters(tmp, _run_days(context), EXTRACTION_COLUMNS, cfg.read_batch_size)
-            for key, path in log_candidates.items():
-                for part in extract_stream(chat, kept_candidates(path, cfg), cfg):
+            days = _run_days(context)
+            out = PartitionWriters(tmp, days, EXTRACTION_COLUMNS, cfg.read_batch_size)
+            for key in days:  # each day's own usage and counts (zeros for a day without candidates)
+                chat = llm.session(context)
+                tally = extraction_counts(pl.DataFrame(schema=EXTRACTION_COLUMNS))
+                for part in (extract_stream(chat, kept_candidates(log_candidates[key], cfg), cfg)
+                             if key in log_candidates else ()):
                     tally.update(extraction_counts(part))
                     out.write(key, part)
+                context.add_asset_metadata({**chat.usage(), **tally}, partition_key=key)
             files = out.close()
-            yield dg.Output(files, metadata={**chat.usage(), **tally})
+            yield dg.Output(files)
 
     job = dg.define_asset_job(
         JOB, selection=dg.AssetSelection.groups(GROUP), partitions_def=partitions,
