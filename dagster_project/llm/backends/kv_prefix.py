@@ -3,6 +3,7 @@ shares with the one just before it, so a dialogue's next turn, sent after other 
 whole history. `PrefixStates` keeps the KV state of earlier prompts (one sequence, no logits) up to a byte budget;
 `PrefixReuseLlama` restores the one sharing the longest prefix with a new prompt before llama.cpp's own prefix
 check, so only the new suffix is evaluated (prompt processing is ~60% of the embedded model's time on 2 cores).
+Replies are the same as from a fresh context: only KV computed in batched prompt passes is ever reused.
 """
 
 from __future__ import annotations
@@ -75,14 +76,23 @@ class PrefixReuseLlama(LazyGrammarLlama):
     def __init__(self, *args: Any, prefix_cache_bytes: int = 256 << 20, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.prefixes = PrefixStates(prefix_cache_bytes)
+        self._prompt_len = 0
 
     def generate(self, tokens: Sequence[int], *args: Any, **kwargs: Any) -> Any:
+        self._prompt_len = len(tokens)
         if self.prefixes.max_bytes:
             self._restore(np.asarray(tokens, dtype=np.intc))
         return super().generate(tokens, *args, **kwargs)
 
     def remember(self) -> None:
-        """Keep the KV state of the tokens evaluated so far (call after a completion)."""
+        """Keep the KV state of the last prompt (call after a completion). The reply's tokens are dropped from the
+        context first: decoded one at a time, their KV differs in the last bits from the batched prompt pass a
+        fresh context gives the same text, and on a 135M model that flips later greedy tokens."""
+        n = min(self._prompt_len, self.n_tokens)
+        if n < self.n_tokens:
+            if not self._ctx.kv_cache_seq_rm(-1, n, -1):
+                return  # a model whose context cannot be cut (recurrent): nothing kept
+            self.n_tokens = n
         if not self.prefixes.max_bytes or self.n_tokens == 0:
             return
         size = lib.llama_state_seq_get_size(self.ctx, 0)
