@@ -63,15 +63,18 @@ def test_chunked_backend_model_time_is_its_own_measure_else_the_chunk_share(tmp_
 
 
 class FakeLlama:
-    """create_chat_completion of llama-cpp-python's Llama: counts its calls."""
+    """create_chat_completion of the backend's PrefixReuseLlama: counts its calls and the states it keeps."""
 
     def __init__(self):
-        self.calls = 0
+        self.calls = self.remembered = 0
 
     def create_chat_completion(self, **kw):
         self.calls += 1
         return {"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}],
                 "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+
+    def remember(self):
+        self.remembered += 1
 
 
 def test_llamacpp_backend_measures_each_sample_inside_the_model_call():
@@ -80,7 +83,7 @@ def test_llamacpp_backend_measures_each_sample_inside_the_model_call():
     job = SimpleNamespace(messages=({"role": "user", "content": "q"},), json_schema=None, sample_indices=[0, 1, 2],
                           sampling={"temperature": 0.7, "top_p": 1.0, "max_tokens": 8, "seed": 0})
     [out] = backend.generate([job])
-    assert backend.llm.calls == 3 and out.texts == ["hi"] * 3
+    assert backend.llm.calls == backend.llm.remembered == 3 and out.texts == ["hi"] * 3
     assert out.model_s is not None and out.model_s >= 0
     failed = LlamaCppBackend.__new__(LlamaCppBackend)
     failed.llm = None  # create_chat_completion raises: an error row, never an exception
