@@ -69,7 +69,7 @@ def _weights_fingerprint(spec: str, recorded: str | None) -> str:
 def _gguf_fingerprint(model: str, quantize: str | None = None) -> str:
     try:
         return fingerprint(_gguf_path(model, quantize))
-    except OSError:  # FileNotFoundError included
+    except (OSError, RuntimeError):  # FileNotFoundError included; RuntimeError: llama.cpp could not re-encode it
         return "missing"  # the backend will fail these rows; a later real file gets its own keys
 
 

@@ -94,3 +94,6 @@ def test_a_file_llama_cpp_cannot_reencode_fails_naming_it_and_the_key(tmp_path, 
     with pytest.raises(RuntimeError, match=r"broken\.gguf.*q8_0.*quantize"):
         requantized(bad, "q8_0")
     assert not any((models / "requantized").iterdir())  # no half-written file left
+    from dagster_project.llm.identity import _gguf_fingerprint
+
+    assert _gguf_fingerprint(str(bad), "q8_0") == "missing"  # the role's rows fail; building cache keys does not

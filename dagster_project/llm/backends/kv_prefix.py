@@ -2,7 +2,7 @@
 shares with the one just before it, so a dialogue's next turn, sent after other dialogues' turns, re-reads its
 whole history. `PrefixStates` keeps the KV state of earlier prompts (one sequence, no logits) up to a byte budget;
 `PrefixReuseLlama` restores the one sharing the longest prefix with a new prompt before llama.cpp's own prefix
-check, so only the new suffix is evaluated (prompt processing is ~60% of the embedded model's time on 2 cores).
+check, so only the new suffix is evaluated (prompt processing was over half the embedded model's time on 2 cores).
 Replies are the same as from a fresh context: only KV computed in batched prompt passes is ever reused.
 """
 
