@@ -18,6 +18,7 @@ from llama_cpp import llama_cpp as lib
 
 from dagster_project.llm.backends.lazy_grammar import LazyGrammarLlama
 
+Buffer = bytes | ctypes.Array  # a sequence state as llama.cpp wrote it (`len` is its size in bytes)
 MIN_GAIN = 16  # restore a state only when it saves at least this many prompt tokens over the live context
 
 
@@ -34,13 +35,13 @@ class PrefixStates:
 
     def __init__(self, max_bytes: int):
         self.max_bytes, self.used = max_bytes, 0
-        self._states: OrderedDict[bytes, tuple[np.ndarray, bytes]] = OrderedDict()
+        self._states: OrderedDict[bytes, tuple[np.ndarray, Buffer]] = OrderedDict()
         self.restored = self.saved_tokens = 0
 
     def __len__(self) -> int:
         return len(self._states)
 
-    def longest(self, tokens: np.ndarray) -> tuple[np.ndarray, bytes, int] | None:
+    def longest(self, tokens: np.ndarray) -> tuple[np.ndarray, Buffer, int] | None:
         """The state sharing the longest prefix with `tokens` (its tokens, data, shared length), or None."""
         best, best_n = None, 0
         for key, (toks, data) in self._states.items():
@@ -53,7 +54,7 @@ class PrefixStates:
         toks, data = self._states[best]
         return toks, data, best_n
 
-    def add(self, tokens: np.ndarray, data: bytes) -> None:
+    def add(self, tokens: np.ndarray, data: Buffer) -> None:
         if len(data) > self.max_bytes:
             return
         for key, (toks, old) in list(self._states.items()):
@@ -96,10 +97,9 @@ class PrefixReuseLlama(LazyGrammarLlama):
         if not self.prefixes.max_bytes or self.n_tokens == 0:
             return
         size = lib.llama_state_seq_get_size(self.ctx, 0)
-        buf = (ctypes.c_uint8 * size)()
-        got = lib.llama_state_seq_get_data(self.ctx, buf, size, 0)
-        if got:
-            self.prefixes.add(self.input_ids[: self.n_tokens].copy(), bytes(buf)[:got])
+        buf = (ctypes.c_uint8 * size)()  # kept as is: llama.cpp reads it back on restore, no copy either way
+        if lib.llama_state_seq_get_data(self.ctx, buf, size, 0) == size:
+            self.prefixes.add(self.input_ids[: self.n_tokens].copy(), buf)
 
     def _restore(self, tokens: np.ndarray) -> None:
         live = common_prefix(self.input_ids[: self.n_tokens], tokens)
@@ -108,8 +108,7 @@ class PrefixReuseLlama(LazyGrammarLlama):
             return
         toks, data, shared = found
         self._ctx.kv_cache_clear()
-        src = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        if lib.llama_state_seq_set_data(self.ctx, src, len(data), 0) != len(data):
+        if lib.llama_state_seq_set_data(self.ctx, data, len(data), 0) != len(data):
             self.reset()  # nothing reused: llama.cpp evaluates the whole prompt
             self._ctx.kv_cache_clear()
             return
