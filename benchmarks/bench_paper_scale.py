@@ -159,7 +159,7 @@ def _report(res: BenchResult, scale: float, cold: dict, warm: dict, rows: int, s
     res.add("peak_rss_mb", max(cold["peak_rss_mb"], warm["peak_rss_mb"]), "peak RSS of the run", "MB",
             note=f"cold {cold['peak_rss_mb']:.0f}, warm {warm['peak_rss_mb']:.0f}; goal <= 2048 MB; cold peak in the "
                  f"step after: {cold.get('rss_peak_after', '?')[:90].replace('[', '(').replace(']', ')')} "  # not rich markup
-                 f"(results/paper_scale_cold.log)")
+                 f"(results/paper_scale_cold.log); in {cold.get('rss_peak_in') or '?'}")
     res.add("cache_rows", rows, "cache rows", note=f"{size / 2**20:.1f} MB with WAL")
     res.add("cache_mb", size / 2**20, "cache file size", "MB")
     res.add("warm_rerun_s", warm["run_s"], "warm rerun: everything cached", "s",

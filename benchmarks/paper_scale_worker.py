@@ -60,22 +60,24 @@ def _count_results(box: dict[str, float]) -> None:
 
 def _time_models(box: dict[str, float]) -> None:
     """MiniLM: sentence encoding (dedup, Intent-Sim) as `encode_s`, BERTScore as `score_s`."""
-    import bert_score
+    from bert_score import BERTScorer
     from sentence_transformers import SentenceTransformer
 
     _timed(SentenceTransformer, "encode", box)
-    _timed(bert_score, "score", box)
+    _timed(BERTScorer, "score", box)
 
 
 class _RssWatch:
-    """Samples this process's RSS every 0.2 s; remembers the peak and the stage line printed last before it."""
+    """Samples this process's RSS every 0.2 s; remembers the peak, the stage line printed last before it and
+    where the main thread was (its innermost project frames) when the peak was sampled."""
 
     def __init__(self) -> None:
         import threading
 
         import psutil
 
-        self.proc, self.last, self.peak, self.at = psutil.Process(), "start", 0, ""
+        self.proc, self.last, self.peak, self.at, self.where = psutil.Process(), "start", 0, "", ""
+        self.main = threading.get_ident()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -84,7 +86,16 @@ class _RssWatch:
         while not self.stop.wait(0.2):
             rss = self.proc.memory_info().rss
             if rss > self.peak:
-                self.peak, self.at = rss, self.last
+                self.peak, self.at, self.where = rss, self.last, self._main_frames()
+
+    def _main_frames(self, keep: int = 4) -> str:
+        """The main thread's innermost dagster_project frames, outermost first ('file:line function')."""
+        import traceback
+
+        frame = sys._current_frames().get(self.main)
+        stack = traceback.extract_stack(frame) if frame is not None else []
+        ours = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in stack if "dagster_project" in f.filename]
+        return " > ".join(ours[-keep:])
 
     def say(self, message: str) -> None:
         self.last = message
@@ -145,6 +156,7 @@ def main(workdir: str, params_path: str) -> dict[str, Any]:
     box["run_s"] = time.perf_counter() - t
     watch.stop.set()
     box["rss_peak_after"] = watch.at  # the last stage line printed before the sampled peak: the peak is in the next
+    box["rss_peak_in"] = watch.where
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     box["peak_rss_mb"] = peak_rss_mb()
     box["cpu_s"] = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime

@@ -75,6 +75,20 @@ def test_bertscore_passes_the_local_model_and_layers():
         bertscore_f1(["a"], [], "/x", score_fn=fake_score)
 
 
+def test_bertscore_scores_in_chunks_and_keeps_the_order():
+    """bert_score holds every sentence's token embeddings until a call ends: pairs go in bounded chunks."""
+    calls = []
+
+    def fake_score(cands, refs, **kw):
+        calls.append(len(cands))
+        return None, None, [float(c) + float(r) / 100 for c, r in zip(cands, refs, strict=True)]
+
+    n = 7
+    out = bertscore_f1([str(i) for i in range(n)], [str(i) for i in range(n)], "/m", score_fn=fake_score, chunk=3)
+    assert calls == [3, 3, 1]
+    assert out == pytest.approx([i + i / 100 for i in range(n)])
+
+
 def test_win_tie_lose():
     assert win_tie_lose(["win", "win", "tie", "lose"]) == {"n": 4, "win": 0.5, "tie": 0.25, "lose": 0.25}
     with pytest.raises(ValueError):

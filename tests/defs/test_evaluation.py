@@ -384,6 +384,10 @@ def test_bertscore_with_the_local_minilm():
     f = bertscore_f1(["Which city do you mean?", "Which city do you mean?"],
                      ["Which city do you mean?", "Bananas are a yellow fruit."], minilm_path(), 6)
     assert f[0] == pytest.approx(1.0, abs=1e-4) and f[1] < f[0] - 0.1
+    pairs = (["Which city do you mean?", "Do you want the bus or the train?", "Which year?"],
+             ["Bananas are a yellow fruit.", "By bus or by train?", "Which year do you mean?"])
+    whole = bertscore_f1(*pairs, minilm_path(), 6)
+    assert bertscore_f1(*pairs, minilm_path(), 6, chunk=1) == pytest.approx(whole, abs=1e-5)  # chunks change nothing
 
 
 def test_clarify_report_prints_the_paths(tmp_path, monkeypatch):
