@@ -82,11 +82,16 @@ class _RssWatch:
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
-    def _run(self) -> None:
+    def _run(self, step: int = 64 * 2**20) -> None:
+        """Each new peak 64 MB above the last one logged goes to the log with where the main thread was."""
+        logged = 0
         while not self.stop.wait(0.2):
             rss = self.proc.memory_info().rss
             if rss > self.peak:
                 self.peak, self.at, self.where = rss, self.last, self._main_frames()
+                if rss >= logged + step:
+                    logged = rss
+                    print(f"[paper_scale] RSS peak {rss / 2**20:.0f} MB in {self.where}", file=sys.stderr, flush=True)
 
     def _main_frames(self, keep: int = 4) -> str:
         """The main thread's innermost dagster_project frames, outermost first ('file:line function')."""

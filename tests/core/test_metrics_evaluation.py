@@ -76,17 +76,19 @@ def test_bertscore_passes_the_local_model_and_layers():
 
 
 def test_bertscore_scores_in_chunks_and_keeps_the_order():
-    """bert_score holds every sentence's token embeddings until a call ends: pairs go in bounded chunks."""
+    """bert_score holds every sentence's token embeddings until a call ends: pairs go in bounded chunks, those
+    sharing a reference in the same chunk (it is encoded once per call), and come back in input order."""
     calls = []
 
     def fake_score(cands, refs, **kw):
-        calls.append(len(cands))
+        calls.append(sorted(set(refs)))
         return None, None, [float(c) + float(r) / 100 for c, r in zip(cands, refs, strict=True)]
 
-    n = 7
-    out = bertscore_f1([str(i) for i in range(n)], [str(i) for i in range(n)], "/m", score_fn=fake_score, chunk=3)
-    assert calls == [3, 3, 1]
-    assert out == pytest.approx([i + i / 100 for i in range(n)])
+    cands = ["5", "1", "2", "6", "3", "4", "0"]
+    refs = ["9", "8", "9", "8", "9", "7", "8"]
+    out = bertscore_f1(cands, refs, "/m", score_fn=fake_score, chunk=3)
+    assert calls == [["7", "8"], ["8", "9"], ["9"]]  # sorted by reference: 7 once, 8 x3, 9 x3
+    assert out == pytest.approx([float(c) + float(r) / 100 for c, r in zip(cands, refs, strict=True)])
 
 
 def test_win_tie_lose():

@@ -230,17 +230,21 @@ def _bert_score(cands: list[str], refs: list[str], *, model_type: str, num_layer
 
 def bertscore_f1(candidates: Sequence[str], references: Sequence[str], model_path: str, num_layers: int = 6,
                  batch_size: int = 64, score_fn=None, chunk: int = BERTSCORE_CHUNK) -> list[float]:
-    """BERTScore-F1 per pair with a local encoder folder (no hub), `chunk` pairs per ``score_fn`` call (default:
-    bert_score's BERTScorer, loaded once per process)."""
+    """BERTScore-F1 per pair, in input order, with a local encoder folder (no hub), `chunk` pairs per ``score_fn``
+    call (default: bert_score's BERTScorer, loaded once per process)."""
     if len(candidates) != len(references):
         raise ValueError("candidates and references must pair up")
     score_fn = score_fn or _bert_score
-    out: list[float] = []
-    for i in range(0, len(candidates), chunk):
-        _, _, f1 = score_fn(list(candidates[i:i + chunk]), list(references[i:i + chunk]),
-                            model_type=str(model_path), num_layers=num_layers, lang="en", batch_size=batch_size,
-                            verbose=False)
-        out += [float(x) for x in f1]
+    # bert_score encodes each distinct sentence of a call once: pairs sorted by reference (then candidate) keep a
+    # reference shared by several methods' outputs in one chunk
+    order = sorted(range(len(candidates)), key=lambda i: (references[i], candidates[i]))
+    out = [0.0] * len(order)
+    for start in range(0, len(order), chunk):
+        part = order[start:start + chunk]
+        _, _, f1 = score_fn([candidates[i] for i in part], [references[i] for i in part], model_type=str(model_path),
+                            num_layers=num_layers, lang="en", batch_size=batch_size, verbose=False)
+        for i, x in zip(part, f1, strict=True):
+            out[i] = float(x)
     return out
 
 
