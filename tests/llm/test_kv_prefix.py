@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dagster_project.config import RoleConfig
-from dagster_project.llm.backends.kv_prefix import PrefixStates, common_prefix
+from dagster_project.llm.backends.kv_prefix import PrefixStates, common_prefix, interleaved_dialogues
 from dagster_project.llm.identity import _gguf_path, cache_identity
 
 
@@ -42,25 +42,13 @@ llama_cpp = pytest.importorskip("llama_cpp")
 
 def _dialogues(cache_mb: int, fresh: bool = False) -> tuple[list[str], int, int]:
     """Four dialogues advanced turn by turn, interleaved as the evaluation sends them; `fresh`: every call starts
-    from an empty context (the reference: nothing reused)."""
+    from an empty context (the reference: nothing reused). -> replies, prompt tokens, tokens not re-read."""
     from dagster_project.llm.backends.llamacpp import LlamaCppBackend
 
     backend = LlamaCppBackend(RoleConfig(n_ctx=1024, n_threads=2, quantize="q8_0", prefix_cache_mb=cache_mb))
-    system = {"role": "system", "content": "You ask one clarifying question when a request is ambiguous and "
-                                           "answer it otherwise. " * 4}
-    turns = ["I want to plan a trip.", "Somewhere warm, in spring.", "Two people, about a week."]
-    history = [[system] for _ in range(4)]
-    texts, prompt_tokens = [], 0
-    for turn in turns:
-        for d, h in enumerate(history):
-            h.append({"role": "user", "content": f"({d}) {turn}"})
-            if fresh:
-                backend.llm.reset()
-            r = backend.llm.create_chat_completion(messages=list(h), max_tokens=24, temperature=0.0)
-            backend.llm.remember()
-            texts.append(r["choices"][0]["message"]["content"])
-            prompt_tokens += r["usage"]["prompt_tokens"]
-            h.append({"role": "assistant", "content": texts[-1]})
+    system = "You ask one clarifying question when a request is ambiguous and answer it otherwise. " * 4
+    said = ["I want to plan a trip.", "Somewhere warm, in spring.", "Two people, about a week."]
+    texts, prompt_tokens = interleaved_dialogues(backend.llm, system, said, dialogues=4, turns=3, fresh=fresh)
     saved = backend.llm.prefixes.saved_tokens
     backend.llm.close()
     return texts, prompt_tokens, saved

@@ -117,3 +117,24 @@ class PrefixReuseLlama(LazyGrammarLlama):
         self._requires_eval = True
         self.prefixes.restored += 1
         self.prefixes.saved_tokens += shared - live
+
+
+def interleaved_dialogues(llm: PrefixReuseLlama, system: str, said: Sequence[str], dialogues: int, turns: int,
+                          max_tokens: int = 24, fresh: bool = False) -> tuple[list[str], int]:
+    """Greedy replies of `dialogues` chats advanced one turn at a time across all of them, as the evaluation sends
+    them (the workload prefix reuse is for), and the prompt tokens sent; `fresh`: each call starts from an empty
+    context (nothing reused)."""
+    history = [[{"role": "system", "content": system}] for _ in range(dialogues)]
+    out: list[str] = []
+    prompt_tokens = 0
+    for turn in range(turns):
+        for d, h in enumerate(history):
+            h.append({"role": "user", "content": f"({d}) {said[turn % len(said)]}"})
+            if fresh:
+                llm.reset()
+            r = llm.create_chat_completion(messages=list(h), max_tokens=max_tokens, temperature=0.0)
+            llm.remember()
+            out.append(r["choices"][0]["message"]["content"])
+            prompt_tokens += r["usage"]["prompt_tokens"]
+            h.append({"role": "assistant", "content": out[-1]})
+    return out, prompt_tokens
