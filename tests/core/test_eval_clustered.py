@@ -66,6 +66,17 @@ def test_clustered_paired_test_reduces_to_the_paired_t_test_and_the_exact_sign_t
     assert r["mean_diff"] == pytest.approx(0.4) and r["diff_ci_low"] < 0.4 < r["diff_ci_high"]
 
 
+def test_the_sampled_sign_flip_test_runs_in_batches_with_the_unbatched_p_value():
+    """Past 2^G > n_resamples the sign flips are sampled; batching them (bounded memory) keeps every draw."""
+    rng = np.random.default_rng(3)
+    a, b = rng.integers(0, 2, 1500), rng.integers(0, 2, 1500)
+    r = clustered_paired_test(a, b, [1] * 1500, np.arange(1500) // 2, seed=7)  # 750 clusters of two turns
+    d = (a - b).reshape(750, 2).sum(axis=1).astype(float)
+    whole = stats.permutation_test((d,), lambda x, axis=-1: np.sum(x, axis=axis), permutation_type="samples",
+                                   vectorized=True, n_resamples=9999, rng=np.random.default_rng(7))
+    assert r["n_clusters"] == 750 and r["p_sign_flip"] == whole.pvalue
+
+
 def test_repeating_turns_inside_a_query_does_not_make_a_difference_significant():
     a, b = [1, 1, 1, 0, 1, 0], [0, 0, 1, 1, 0, 0]
     base = clustered_paired_test(a, b, [1] * 6, range(6))

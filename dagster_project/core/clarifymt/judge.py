@@ -191,32 +191,38 @@ def judge_scores(chat: Chat, predictions: pl.DataFrame, messages: pl.DataFrame, 
     # only the sampled turns need their dialogue (the judge prompt): joining it onto every candidate turn held
     # each transcript once per method in Python dicts, the largest allocation of a paper-scale evaluation
     sampled = table.filter("sampled", "asked").join(messages, on=TURN_KEY, how="left").sort("_row")
-    rows = table.drop("_row").to_dicts()
     to_judge = [(i, SCORE, pointwise_values(r)) for i, r in zip(sampled["_row"], sampled.iter_rows(named=True))
                 if is_question(r["response"])]
     judged = {a.item: a for a in ask(chat, SCORE.role, to_judge)}
-    for i, r in enumerate(rows):
-        if i in judged:
-            o = judged[i].first
-            r |= {"judged_by": "judge", "score": o.value.score if o.ok else None, "status": o.status.value,
-                  "error": o.error, "raw_output": judged[i].result.text}
-        elif r["sampled"]:  # the reference asks but the method did not, or its "question" is none: 0 by the rubric
-            why = None if not r["asked"] else "not a question"
-            r |= {"judged_by": "rule", "score": 0, "status": Status.OK.value, "error": why, "raw_output": None}
-        else:
-            r |= {"judged_by": None, "score": None, "status": None, "error": None, "raw_output": None}
-        r["token_f1"] = token_f1(r["response"] or "", r["reference_question"])
-    said = [r for r in rows if (r["response"] or "").strip()]
-    bert = bertscore([r["response"] for r in said], [r["reference_question"] for r in said]) \
-        if bertscore is not None and said else [None] * len(said)
-    for r in rows:
-        r["bertscore_f1"] = 0.0 if bertscore is not None else None  # an empty output scores 0
-    for r, b in zip(said, bert, strict=True):
-        r["bertscore_f1"] = b
+    # built as columns: a dict per row (every candidate turn of every method) was a paper-scale run's memory peak
+    verdicts = pl.DataFrame(
+        [{"_row": i, "_score": a.first.value.score if a.first.ok else None, "_status": a.first.status.value,
+          "_error": a.first.error, "_raw": a.result.text} for i, a in judged.items()],
+        schema={"_row": table.schema["_row"], "_score": pl.Int64, "_status": pl.Utf8, "_error": pl.Utf8,
+                "_raw": pl.Utf8})
+    responses, references = table["response"].to_list(), table["reference_question"].to_list()
+    said = [bool((r or "").strip()) for r in responses]
+    bert = [0.0 if bertscore is not None else None] * len(said)  # an empty output scores 0
+    if bertscore is not None and any(said):
+        idx = [i for i, s in enumerate(said) if s]
+        for i, b in zip(idx, bertscore([responses[i] for i in idx], [references[i] for i in idx]), strict=True):
+            bert[i] = b
+    by_judge = pl.col("_status").is_not_null()
+    # the reference asks but the method did not, or its "question" is none: 0 by the rubric
+    by_rule = pl.col("sampled") & ~by_judge
     schema = {**cands.schema, "sampled": pl.Boolean, "asked": pl.Boolean, "judged_by": pl.Utf8, "score": pl.Int64,
               "status": pl.Utf8, "error": pl.Utf8, "raw_output": pl.Utf8, "token_f1": pl.Float64,
               "bertscore_f1": pl.Float64}
-    return pl.DataFrame(rows, schema=schema).with_columns(
+    out = table.join(verdicts, on="_row", how="left").sort("_row").with_columns(
+        judged_by=pl.when(by_judge).then(pl.lit("judge")).when(by_rule).then(pl.lit("rule")),
+        score=pl.when(by_judge).then("_score").when(by_rule).then(pl.lit(0, pl.Int64)),
+        status=pl.when(by_judge).then("_status").when(by_rule).then(pl.lit(Status.OK.value)),
+        error=pl.when(by_judge).then("_error").when(by_rule & pl.col("asked")).then(pl.lit("not a question")),
+        raw_output=pl.when(by_judge).then("_raw"),
+        token_f1=pl.Series([token_f1(r or "", q) for r, q in zip(responses, references, strict=True)],
+                           dtype=pl.Float64),
+        bertscore_f1=pl.Series(bert, dtype=pl.Float64))
+    return out.select([pl.col(c).cast(t) for c, t in schema.items()]).with_columns(
         model=pl.lit(model), prompt_version=pl.lit(SCORE.version if judged else None, pl.Utf8))
 
 
