@@ -32,6 +32,7 @@ WAREHOUSE = "assets/warehouse.duckdb"
 STORAGE_VERSION = "v1.0.0"
 PARTITION_FILE = "data.parquet"
 LAZY = "lazy"  # AssetIn metadata key: load a partitioned input as {partition key: Parquet path}
+COLUMNS = "columns"  # AssetIn metadata key: load only these columns of an input (hive partition columns included)
 # a partitioned view's files: every Parquet file below the folder except hidden ones (temp files of io.writers,
 # '.<name>.<random>...', of this version or an earlier one whose names ended in .parquet)
 VIEW_GLOB = "**/[!.]*.parquet"
@@ -85,12 +86,29 @@ def partition_label(folder: Path, file: Path) -> str:
     return rel.parent.as_posix() if file.name == PARTITION_FILE and rel.parent.parts else rel.with_suffix("").as_posix()
 
 
-def read_partition(folder: Path, file: Path) -> pl.DataFrame:
+def read_partition(folder: Path, file: Path, columns: list[str] | None = None) -> pl.DataFrame:
     """One partition file with its partition columns added back from the folder names (as strings, at the end,
-    where pyarrow and DuckDB put them too)."""
-    df = pl.read_parquet(file)
+    where pyarrow and DuckDB put them too); only ``columns`` (in that order) when given."""
     values = partition_values(folder, file)
-    return df.with_columns(pl.lit(v, pl.String).alias(k) for k, v in values.items() if k not in df.columns)
+    df = read_columns(file, columns)
+    df = df.with_columns(pl.lit(v, pl.String).alias(k) for k, v in values.items()
+                         if k not in df.columns and (columns is None or k in columns))
+    return df if columns is None else df.select(_named(df, columns, file))
+
+
+def read_columns(file: Path, columns: list[str] | None) -> pl.DataFrame:
+    """A Parquet file, or only those of ``columns`` it stores (the others may be hive partition columns)."""
+    if columns is None:
+        return pl.read_parquet(file)
+    stored = pl.read_parquet_schema(file)
+    return pl.read_parquet(file, columns=[c for c in columns if c in stored])
+
+
+def _named(df: pl.DataFrame, columns: list[str], file: Path) -> list[str]:
+    """``columns``, after checking that ``df`` (read from ``file``) has each of them."""
+    if missing := [c for c in columns if c not in df.columns]:
+        raise KeyError(f"{file} has no column(s) {missing} (asked for by the input's '{COLUMNS}' metadata)")
+    return columns
 
 
 def strip_partition_columns(df: pl.DataFrame, values: dict[str, str], where: str) -> pl.DataFrame:
@@ -394,6 +412,7 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
 
     def load_input(self, context: dg.InputContext) -> pl.DataFrame | dict[str, Path]:
         name = context.asset_key.to_user_string()
+        columns = (context.definition_metadata or {}).get(COLUMNS)  # None: every column
         if context.has_asset_partitions:
             self._path(context.asset_key)
             keys = list(context.asset_partition_keys)
@@ -409,8 +428,9 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             if (context.definition_metadata or {}).get(LAZY):
                 return {str(k): p.resolve() for k, p in zip(keys, paths, strict=True) if p.exists()}
             folder = partition_dir(self.base_dir, *context.asset_key.path)
-            return pl.concat([read_partition(folder, p) for p in present], how="diagonal_relaxed")
+            return pl.concat([read_partition(folder, p, columns) for p in present], how="diagonal_relaxed")
         path = self._path(context.asset_key)
         if not path.exists():
             raise FileNotFoundError(f"{path} is missing: materialize {name} first")
-        return pl.read_parquet(path)
+        df = read_columns(path, columns)
+        return df if columns is None else df.select(_named(df, columns, path))

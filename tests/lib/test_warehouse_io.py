@@ -219,6 +219,34 @@ def test_io_manager_partitions_round_trip_and_union_view(tmp_path, monkeypatch):
     assert "evaluation.predictions" in rebuild_views("assets", "assets/other.duckdb")
 
 
+def test_an_input_can_ask_for_some_columns_only(tmp_path, monkeypatch):
+    """AssetIn metadata 'columns': only those are read, hive partition columns included, in the order asked."""
+    from dagster_project.lib.warehouse import COLUMNS
+
+    monkeypatch.chdir(tmp_path)
+    io = WarehouseIOManager(base_dir="assets", db_path="assets/warehouse.duckdb")
+    key = dg.AssetKey(["evaluation", "predictions"])
+    for pk in ("base|s1", "cot|s1"):
+        method, subject = pk.split("|")
+        io.handle_output(_out(key, MULTI.get_partition_key_from_str(pk)),
+                         pl.DataFrame({"subject": [subject], "method": [method], "n": [1], "trace": ["long"]}))
+
+    def load(columns, key=key, partitioned=True):
+        extra = {"asset_partitions_def": MULTI, "asset_partition_key_range": dg.PartitionKeyRange("base|s1", "cot|s1")}
+        return io.load_input(dg.build_input_context(asset_key=key, definition_metadata={COLUMNS: columns},
+                                                    **(extra if partitioned else {})))
+
+    df = load(["n", "method"])
+    assert df.columns == ["n", "method"] and sorted(df["method"]) == ["base", "cot"]
+    with pytest.raises(KeyError, match=r"data.parquet has no column\(s\) \['nope'\].*'columns' metadata"):
+        load(["n", "nope"])
+    plain = dg.AssetKey(["g", "plain"])
+    io.handle_output(dg.build_output_context(asset_key=plain), pl.DataFrame({"a": [1], "b": ["x"], "c": [2.0]}))
+    assert load(["c", "a"], plain, partitioned=False).to_dicts() == [{"c": 2.0, "a": 1}]
+    with pytest.raises(KeyError, match="plain.parquet has no column"):
+        load(["z"], plain, partitioned=False)
+
+
 def test_io_manager_no_partition_built_is_an_error(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     io = WarehouseIOManager(base_dir="assets", db_path="assets/warehouse.duckdb")

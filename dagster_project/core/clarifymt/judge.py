@@ -167,6 +167,10 @@ def rule_outcome(a_asked: bool, b_asked: bool) -> str | None:
 
 TURN_KEY = ["dataset", "dialogue_id", "turn"]
 ROW_KEY = ["dataset", "subject", "method", "dialogue_id", "turn"]
+# the predictions columns judge_scores reads (its asset loads only these: a paper-scale run's traces and raw
+# outputs are most of the frame)
+SCORED_COLUMNS = [*ROW_KEY, "subtype", "persona", "reference_action", "reference_question", "status", "action",
+                  "response"]
 BertScore = Callable[[list[str], list[str]], list[float]]
 
 

@@ -30,6 +30,7 @@ from dagster_project.core.clarifymt.external import (
     held_out_turns,
     import_dataset,
 )
+from dagster_project.core.clarifymt.judge import SCORED_COLUMNS
 from dagster_project.core.clarifymt.judge import judge_scores as score_questions
 from dagster_project.core.clarifymt.judge import pairwise_judgements as judge_pairs
 from dagster_project.core.clarifymt.metrics import evaluation_tables
@@ -47,7 +48,7 @@ from dagster_project.io.writers import atomic_path
 from dagster_project.lib.assets import group_asset, upstream
 from dagster_project.lib.resources import EmbedderResource, LLMResource
 from dagster_project.llm.vector_cache import VectorCache
-from dagster_project.lib.warehouse import ASSETS_DIR, read_asset
+from dagster_project.lib.warehouse import ASSETS_DIR, COLUMNS, read_asset
 from dagster_project.llm.trained import training_meta, training_name
 from dagster_project.training.exports import MissingExport, export_user_texts, model_template, trained_on
 
@@ -180,8 +181,9 @@ def build(params: Params) -> dg.Definitions:
             yield dg.Output(out if len(keys) > 1 else out[keys[0]])
 
     judge_ins = {**upstream("evaluation/predictions"), **ins}
+    scored = {"predictions": dg.AssetIn(key=[GROUP, "predictions"], metadata={COLUMNS: SCORED_COLUMNS}), **ins}
     return dg.Definitions(assets=[
-        external_dialogues, predictions, asset(judge_scores, name="judge_scores", ins=judge_ins),
+        external_dialogues, predictions, asset(judge_scores, name="judge_scores", ins=scored),
         asset(pairwise_judgements, name="pairwise_judgements", ins=judge_ins),
         metric_tables, method_comparison, trained_comparison, report],
         asset_checks=[held_out_check(ins)])
