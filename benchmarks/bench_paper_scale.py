@@ -143,7 +143,8 @@ def _report(res: BenchResult, scale: float, cold: dict, warm: dict, rows: int, s
     res.add("cold_run_s", run_s, "cold run: benchmark + evaluation", "s",
             note=f"benchmark {cold['benchmark_s']:.0f} s, evaluation {cold.get('evaluation_s', 0):.0f} s; "
                  f"+{cold['import_s']:.0f} s imports")
-    res.add("overhead_ms_per_call", 1000 * ratio(run_s, calls), "wall / calls", "ms", note="goal <= 1.5 ms (issue 30; 2 ms before it)")
+    res.add("overhead_ms_per_call", 1000 * ratio(run_s, calls), "wall / calls", "ms",
+            note="goal <= 1.5 ms (issue 30; 2 ms before it)")
     res.add("overhead_less_minilm_ms_per_call", 1000 * ratio(run_s - minilm_s, calls), "(wall - MiniLM) / calls", "ms",
             note="MiniLM is the methods' own second model (Intent-Sim encodes, BERTScore), as the LLM is the first")
     res.add("outside_http_share", ratio(run_s - http_s, run_s), "share of the wall time outside HTTP round trips",
