@@ -91,9 +91,8 @@ def read_partition(folder: Path, file: Path, columns: list[str] | None = None) -
     where pyarrow and DuckDB put them too); only ``columns`` (in that order) when given."""
     values = partition_values(folder, file)
     df = read_columns(file, columns)
-    df = df.with_columns(pl.lit(v, pl.String).alias(k) for k, v in values.items()
-                         if k not in df.columns and (columns is None or k in columns))
-    return df if columns is None else df.select(_named(df, columns, file))
+    return project(df.with_columns(pl.lit(v, pl.String).alias(k) for k, v in values.items()
+                                   if k not in df.columns and (columns is None or k in columns)), columns, file)
 
 
 def read_columns(file: Path, columns: list[str] | None) -> pl.DataFrame:
@@ -104,11 +103,14 @@ def read_columns(file: Path, columns: list[str] | None) -> pl.DataFrame:
     return pl.read_parquet(file, columns=[c for c in columns if c in stored])
 
 
-def _named(df: pl.DataFrame, columns: list[str], file: Path) -> list[str]:
-    """``columns``, after checking that ``df`` (read from ``file``) has each of them."""
+def project(df: pl.DataFrame, columns: list[str] | None, file: Path) -> pl.DataFrame:
+    """``df`` (read from ``file``) as ``columns`` in that order (None: as it is); a column it lacks fails naming
+    the file."""
+    if columns is None:
+        return df
     if missing := [c for c in columns if c not in df.columns]:
         raise KeyError(f"{file} has no column(s) {missing} (asked for by the input's '{COLUMNS}' metadata)")
-    return columns
+    return df.select(columns)
 
 
 def strip_partition_columns(df: pl.DataFrame, values: dict[str, str], where: str) -> pl.DataFrame:
@@ -412,7 +414,8 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
 
     def load_input(self, context: dg.InputContext) -> pl.DataFrame | dict[str, Path]:
         name = context.asset_key.to_user_string()
-        columns = (context.definition_metadata or {}).get(COLUMNS)  # None: every column
+        meta = context.definition_metadata or {}
+        columns = meta.get(COLUMNS)  # None: every column
         if context.has_asset_partitions:
             self._path(context.asset_key)
             keys = list(context.asset_partition_keys)
@@ -425,12 +428,11 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             if missing:
                 context.log.warning(f"{name}: {len(missing)} of {len(keys)} partitions not materialized, "
                                     f"skipped: {[str(k) for k in missing][:10]}")
-            if (context.definition_metadata or {}).get(LAZY):
+            if meta.get(LAZY):
                 return {str(k): p.resolve() for k, p in zip(keys, paths, strict=True) if p.exists()}
             folder = partition_dir(self.base_dir, *context.asset_key.path)
             return pl.concat([read_partition(folder, p, columns) for p in present], how="diagonal_relaxed")
         path = self._path(context.asset_key)
         if not path.exists():
             raise FileNotFoundError(f"{path} is missing: materialize {name} first")
-        df = read_columns(path, columns)
-        return df if columns is None else df.select(_named(df, columns, path))
+        return project(read_columns(path, columns), columns, path)

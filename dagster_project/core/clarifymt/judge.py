@@ -205,11 +205,10 @@ def judge_scores(chat: Chat, predictions: pl.DataFrame, messages: pl.DataFrame, 
         schema={"_row": table.schema["_row"], "_score": pl.Int64, "_status": pl.Utf8, "_error": pl.Utf8,
                 "_raw": pl.Utf8})
     responses, references = table["response"].to_list(), table["reference_question"].to_list()
-    said = [bool((r or "").strip()) for r in responses]
-    bert = [0.0 if bertscore is not None else None] * len(said)  # an empty output scores 0
-    if bertscore is not None and any(said):
-        idx = [i for i, s in enumerate(said) if s]
-        for i, b in zip(idx, bertscore([responses[i] for i in idx], [references[i] for i in idx]), strict=True):
+    said = [i for i, r in enumerate(responses) if (r or "").strip()]
+    bert = [0.0 if bertscore is not None else None] * len(responses)  # an empty output scores 0
+    if bertscore is not None and said:
+        for i, b in zip(said, bertscore([responses[i] for i in said], [references[i] for i in said]), strict=True):
             bert[i] = b
     by_judge = pl.col("_status").is_not_null()
     # the reference asks but the method did not, or its "question" is none: 0 by the rubric
