@@ -16,6 +16,7 @@ from dagster_project.core.shared.metrics import (
     clustered_accuracy,
     clustered_paired_test,
     holm,
+    sign_flip_pvalue,
 )
 
 PERSONAS = ["precise", "partial_vague", "off_focus", "contradictory", "factually_wrong", "refusal"]
@@ -66,15 +67,32 @@ def test_clustered_paired_test_reduces_to_the_paired_t_test_and_the_exact_sign_t
     assert r["mean_diff"] == pytest.approx(0.4) and r["diff_ci_low"] < 0.4 < r["diff_ci_high"]
 
 
+def _scipy_sign_flip(d, seed, n_resamples=9999):
+    return stats.permutation_test((d,), lambda x, axis=-1: np.sum(x, axis=axis), permutation_type="samples",
+                                  vectorized=True, n_resamples=n_resamples, rng=np.random.default_rng(seed)).pvalue
+
+
 def test_the_sampled_sign_flip_test_runs_in_batches_with_the_unbatched_p_value():
     """Past 2^G > n_resamples the sign flips are sampled; batching them (bounded memory) keeps every draw."""
     rng = np.random.default_rng(3)
     a, b = rng.integers(0, 2, 1500), rng.integers(0, 2, 1500)
     r = clustered_paired_test(a, b, [1] * 1500, np.arange(1500) // 2, seed=7)  # 750 clusters of two turns
     d = (a - b).reshape(750, 2).sum(axis=1).astype(float)
-    whole = stats.permutation_test((d,), lambda x, axis=-1: np.sum(x, axis=axis), permutation_type="samples",
-                                   vectorized=True, n_resamples=9999, rng=np.random.default_rng(7))
-    assert r["n_clusters"] == 750 and r["p_sign_flip"] == whole.pvalue
+    assert r["n_clusters"] == 750 and r["p_sign_flip"] == _scipy_sign_flip(d, 7)
+
+
+@pytest.mark.parametrize("g", [3, 13, 14, 15, 29, 101, 1004, 1005])
+@pytest.mark.parametrize("seed", [0, 7])
+def test_sign_flip_pvalue_is_scipys_on_the_same_seed(g, seed):
+    """Exact below 2^G <= n_resamples, sampled above with scipy's own draws: the same p-value, for integer
+    contrasts (unit weights), fractional ones (a shared turn 1 weighted once), a shifted mean (small p) and a
+    batch that does not divide n_resamples."""
+    rng = np.random.default_rng(g)
+    cases = [rng.integers(-2, 3, g).astype(float), rng.integers(-3, 4, g) / rng.integers(1, 7, g),
+             rng.integers(-1, 3, g).astype(float)]
+    for d in cases:
+        assert sign_flip_pvalue(d, 9999, seed) == _scipy_sign_flip(d, seed)
+    assert sign_flip_pvalue(cases[0], 2500, seed, batch=700) == _scipy_sign_flip(cases[0], seed, 2500)
 
 
 def test_repeating_turns_inside_a_query_does_not_make_a_difference_significant():
