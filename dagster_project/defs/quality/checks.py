@@ -34,9 +34,9 @@ import dagster as dg
 import duckdb
 import pandas as pd
 import polars as pl
-import yaml
 
 from dagster_project.config import Params
+from dagster_project.lib.catalog import load_yaml
 from dagster_project.lib.warehouse import (
     ASSETS_DIR,
     asset_path,
@@ -72,7 +72,7 @@ class Suite:
 
 def load_suite(path: Path) -> Suite:
     """Parse one suite file; errors name the file and the expectation index."""
-    data = yaml.safe_load(path.read_text())
+    data = load_yaml(path.read_text())
     try:
         group, asset = data["asset"].split("/")
         exps = [Expectation(e["type"], e.get("kwargs", {}), e.get("query"), e.get("name"))
