@@ -177,7 +177,7 @@ def test_load_params_bad_key_names_file(tmp_path):
 
 def test_repo_params_yaml_loads():
     p = load_params(REPO / "params.yaml")
-    assert p.benchmark.n_per_subtype == 2
+    assert p.benchmark.n_per_subtype == 1
     assert p.evaluation.methods[0] == "base" and "clarify_agent" in p.evaluation.methods
     assert p.evaluation.subject_max_tokens == 48
     assert "smollm2" in p.llm.subjects
