@@ -30,7 +30,9 @@ PROMPTS = ["Book me a table for tonight.", "What is 2 plus 2?", "Play that song 
            "Which planet is closest to the sun?", "Send the report to the team.", "How do I cook rice?",
            "Translate this for me.", "What colour is the sky?"]
 MAX_TOKENS = 24
-ENGINE = {"max_model_len": 1024, "enforce_eager": True}
+# float32 named: on a CPU with native bfloat16 (avx512_bf16) the backend keeps vLLM's bfloat16, and the comparison
+# with the float32 transformers backend below then agreed on 3 of 8 replies (AMD EPYC, 2026-11-28)
+ENGINE = {"max_model_len": 1024, "enforce_eager": True, "dtype": "float32"}
 
 
 def save_adapter(folder: Path, seed: int, targets: list[str]) -> None:
