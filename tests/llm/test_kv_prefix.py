@@ -48,9 +48,9 @@ def _dialogues(cache_mb: int, fresh: bool = False) -> tuple[list[str], int, int]
     backend = LlamaCppBackend(RoleConfig(n_ctx=1024, n_threads=2, quantize="q8_0", prefix_cache_mb=cache_mb))
     system = "You ask one clarifying question when a request is ambiguous and answer it otherwise. " * 4
     said = ["I want to plan a trip.", "Somewhere warm, in spring.", "Two people, about a week."]
-    texts, prompt_tokens = interleaved_dialogues(backend.llm, system, said, dialogues=4, turns=3, fresh=fresh)
-    saved = backend.llm.prefixes.saved_tokens
-    backend.llm.close()
+    texts, prompt_tokens = interleaved_dialogues(backend.llms[0], system, said, dialogues=4, turns=3, fresh=fresh)
+    saved = backend.llms[0].prefixes.saved_tokens
+    backend.llms[0].close()
     return texts, prompt_tokens, saved
 
 

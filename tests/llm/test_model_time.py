@@ -65,10 +65,16 @@ def test_chunked_backend_model_time_is_its_own_measure_else_the_chunk_share(tmp_
 class FakeLlama:
     """create_chat_completion of the backend's PrefixReuseLlama: counts its calls and the states it keeps."""
 
-    def __init__(self):
+    def __init__(self, fails: bool = False):
         self.calls = self.remembered = 0
+        self.fails = fails
+
+    def use_threads(self, n: int) -> None:
+        pass
 
     def create_chat_completion(self, **kw):
+        if self.fails:
+            raise RuntimeError("llama_decode returned -1")
         self.calls += 1
         return {"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}],
                 "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
@@ -77,14 +83,18 @@ class FakeLlama:
         self.remembered += 1
 
 
-def test_llamacpp_backend_measures_each_sample_inside_the_model_call():
+def _fake_backend(llm: FakeLlama) -> LlamaCppBackend:
     backend = LlamaCppBackend.__new__(LlamaCppBackend)  # no GGUF: the model object is the fake above
-    backend.llm = FakeLlama()
+    backend.llms, backend.threads, backend.parallel = [llm], 2, 1
+    return backend
+
+
+def test_llamacpp_backend_measures_each_sample_inside_the_model_call():
+    backend = _fake_backend(FakeLlama())
     job = SimpleNamespace(messages=({"role": "user", "content": "q"},), json_schema=None, sample_indices=[0, 1, 2],
                           sampling={"temperature": 0.7, "top_p": 1.0, "max_tokens": 8, "seed": 0})
     [out] = backend.generate([job])
-    assert backend.llm.calls == backend.llm.remembered == 3 and out.texts == ["hi"] * 3
-    assert out.model_s is not None and out.model_s >= 0
-    failed = LlamaCppBackend.__new__(LlamaCppBackend)
-    failed.llm = None  # create_chat_completion raises: an error row, never an exception
-    assert failed.generate([job])[0].error
+    assert backend.llms[0].calls == backend.llms[0].remembered == 3 and out.texts == ["hi"] * 3
+    assert out.model_s is not None and out.model_s >= 0 and out.latency_s >= out.model_s
+    failed = _fake_backend(FakeLlama(fails=True))  # an error row, never an exception
+    assert "llama_decode returned -1" in failed.generate([job])[0].error

@@ -29,7 +29,8 @@ class JobOutput:
     tokens_out: int = 0
     error: str | None = None
     latency_s: float | None = None  # this job's own wall time, when the backend measures it
-    model_s: float | None = None  # time inside the model call(s) only (no queueing, grammar set-up or backoff)
+    model_s: float | None = None  # time inside the model call(s) only (no queueing, grammar set-up or backoff;
+    #   llamacpp: its share of the time while several contexts decode at once, BusyClock)
 
 
 class Backend(Protocol):

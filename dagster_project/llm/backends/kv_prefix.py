@@ -85,6 +85,10 @@ class PrefixReuseLlama(LazyGrammarLlama):
             self._restore(np.asarray(tokens, dtype=np.intc))
         return super().generate(tokens, *args, **kwargs)
 
+    def use_threads(self, n: int) -> None:
+        """Decode and evaluate prompts on `n` threads from now on (llama.cpp takes it between two decodes)."""
+        lib.llama_set_n_threads(self.ctx, n, n)
+
     def remember(self) -> None:
         """Keep the KV state of the last prompt (call after a completion). The reply's tokens are dropped from the
         context first: decoded one at a time, their KV differs in the last bits from the batched prompt pass a

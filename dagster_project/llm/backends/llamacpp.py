@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import queue
 import threading
 import time
+import zlib
+from collections import deque
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from dagster_project.config import RoleConfig
 from dagster_project.config.home import MODELS_ENV
@@ -61,42 +65,149 @@ def grammar_kwargs(schema: dict[str, Any] | None) -> dict[str, Any]:
         return {"response_format": {"type": "json_object", "schema": schema}}
 
 
+class BusyClock:
+    """The model's busy wall time shared out among the requests decoding at once: while k contexts decode, each
+    request is charged 1/k of the time, so a call's charges sum to the wall time the model was busy (which
+    `clarify timings` sets against a stage's wall time), not k times it."""
+
+    def __init__(self, now: Callable[[], float] = time.monotonic):
+        self._now, self._lock = now, threading.Lock()
+        self.active, self.virtual, self.last = 0, 0.0, now()
+
+    def _tick(self) -> None:
+        now = self._now()
+        if self.active:
+            self.virtual += (now - self.last) / self.active
+        self.last = now
+
+    def start(self) -> float:
+        with self._lock:
+            self._tick()
+            self.active += 1
+            return self.virtual
+
+    def stop(self, started: float) -> float:
+        """The request's charge since `start` returned `started`."""
+        with self._lock:
+            self._tick()
+            self.active -= 1
+            return self.virtual - started
+
+
+def affinity(job: Job, workers: int) -> int:
+    """The context a request goes to: a dialogue's turns (same system prompt and first user message) share one, so
+    its next turn finds its earlier prompt's KV state there (kv_prefix.py)."""
+    head = json.dumps([dict(m) for m in job.messages[:2]], sort_keys=True).encode()
+    return zlib.crc32(head) % workers
+
+
 class LlamaCppBackend:
     """In-process llama.cpp on CPU; JSON schemas become compact grammars, so even a 135M model returns valid JSON
     (checked against the likely tokens first: lazy_grammar.py); prompts reuse the KV state of earlier ones sharing
-    their prefix (kv_prefix.py)."""
+    their prefix (kv_prefix.py). `parallel` contexts decode different requests side by side, each on
+    n_threads / parallel threads, with the same replies as one context (RoleConfig.parallel)."""
 
     chunk_size = 4
-    _lock = threading.Lock()
+    _guard = threading.Lock()
+    _slots: ClassVar[list[threading.Lock]] = []  # slot w: context w of any backend, one request at a time
+    clock: ClassVar[BusyClock] = BusyClock()
 
     def __init__(self, cfg: RoleConfig):
+        self.cfg = cfg
+        self.threads = cfg.n_threads or os.cpu_count() or 2
+        self.parallel = min(cfg.parallel or (2 if self.threads >= 2 else 1), self.threads)
+        self.path = str(gguf_to_load(cfg.model, cfg.quantize))
+        self.llms: list[Any] = []
+        self.contexts(1)  # a missing or broken model fails here, as the backend is built
+
+    def contexts(self, n: int) -> int:
+        """Load contexts up to `n` (the first at construction, the others when a call first has work for them);
+        returns how many are loaded (fewer when one fails to load: the others carry the work)."""
         from dagster_project.llm.backends.kv_prefix import PrefixReuseLlama
 
-        self.llm = PrefixReuseLlama(model_path=str(gguf_to_load(cfg.model, cfg.quantize)), n_ctx=cfg.n_ctx,
-                                    verbose=False, n_threads=cfg.n_threads or os.cpu_count() or 2, seed=cfg.seed,
-                                    prefix_cache_bytes=cfg.prefix_cache_mb << 20)
+        while len(self.llms) < n:
+            try:
+                self.llms.append(PrefixReuseLlama(
+                    model_path=self.path, n_ctx=self.cfg.n_ctx, verbose=False, n_threads=self.threads,
+                    n_threads_batch=self.threads, seed=self.cfg.seed,
+                    prefix_cache_bytes=(self.cfg.prefix_cache_mb << 20) // self.parallel))
+            except Exception:
+                if not self.llms:
+                    raise
+                break
+        return len(self.llms)
+
+    @classmethod
+    def _slot(cls, w: int) -> threading.Lock:
+        with cls._guard:
+            while len(cls._slots) <= w:
+                cls._slots.append(threading.Lock())
+            return cls._slots[w]
 
     def generate(self, jobs: list[Job]) -> list[JobOutput]:
-        return [self._one(j) for j in jobs]
+        outs: list[JobOutput] = [JobOutput() for _ in jobs]
+        self.generate_each(jobs, outs.__setitem__)
+        return outs
 
-    def _one(self, job: Job) -> JobOutput:
+    def generate_each(self, jobs: list[Job], on_done: Callable[[int, JobOutput], None]) -> None:
+        """Every job through `parallel` contexts, a dialogue's turns to the same one (`affinity`), an idle context
+        taking the others' remaining jobs; on_done(i, output) runs on the calling thread as each job ends."""
+        workers = self.contexts(min(self.parallel, len(jobs))) if len(jobs) > 1 else 1
+        if workers == 1:
+            self.llms[0].use_threads(self.threads)
+            for i, job in enumerate(jobs):
+                on_done(i, self._one(0, job))
+            return
+        queues: list[deque[int]] = [deque() for _ in range(workers)]
+        for i, job in enumerate(jobs):
+            queues[affinity(job, workers)].append(i)
+        taken = threading.Lock()
+        done: queue.SimpleQueue[tuple[int, JobOutput]] = queue.SimpleQueue()
+
+        def take(w: int) -> int | None:
+            with taken:
+                if queues[w]:
+                    return queues[w].popleft()
+                other = max(queues, key=len)
+                return other.pop() if other else None
+
+        def work(w: int) -> None:  # _one never raises, so every job taken is answered
+            while (i := take(w)) is not None:
+                done.put((i, self._one(w, jobs[i])))
+
+        for llm in self.llms[:workers]:
+            llm.use_threads(max(1, self.threads // workers))
+
+        threads = [threading.Thread(target=work, args=(w,), name=f"llamacpp-{w}", daemon=True) for w in range(workers)]
+        for t in threads:
+            t.start()
+        for _ in jobs:
+            on_done(*done.get())
+        for t in threads:
+            t.join()
+
+    def _one(self, w: int, job: Job) -> JobOutput:
         out = JobOutput()
+        start = time.monotonic()
         try:
+            llm = self.llms[w]
             constraint = grammar_kwargs(job.json_schema)
             for idx in job.sample_indices:
-                with self._lock:
-                    t = time.monotonic()
-                    r = self.llm.create_chat_completion(
-                        messages=list(job.messages), temperature=job.sampling["temperature"],
-                        top_p=job.sampling["top_p"], max_tokens=job.sampling["max_tokens"],
-                        seed=job.sampling["seed"] + idx, **constraint)
-                    self.llm.remember()
-                    out.model_s = (out.model_s or 0.0) + time.monotonic() - t
+                with self._slot(w):
+                    started = self.clock.start()
+                    try:
+                        r = llm.create_chat_completion(
+                            messages=list(job.messages), temperature=job.sampling["temperature"],
+                            top_p=job.sampling["top_p"], max_tokens=job.sampling["max_tokens"],
+                            seed=job.sampling["seed"] + idx, **constraint)
+                        llm.remember()
+                    finally:
+                        out.model_s = (out.model_s or 0.0) + self.clock.stop(started)
                 out.texts.append(r["choices"][0]["message"]["content"] or "")
                 out.truncated.append(r["choices"][0].get("finish_reason") == "length")
                 out.tokens_in += r["usage"]["prompt_tokens"]
                 out.tokens_out += r["usage"]["completion_tokens"]
         except Exception as err:  # noqa: BLE001 - becomes a row with status llm_error
-            return JobOutput(error=short_error(err))
+            return JobOutput(error=short_error(err), latency_s=time.monotonic() - start)
+        out.latency_s = time.monotonic() - start
         return out
-

@@ -1,0 +1,113 @@
+"""RoleConfig.parallel in the llama.cpp backend: requests spread over several contexts, each answered once on the
+calling thread, a dialogue's turns kept on one context; and on the real SmolLM2-135M, the same replies as one
+context."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from dagster_project.config import RoleConfig
+from dagster_project.llm.backends.base import Job
+from dagster_project.llm.backends.llamacpp import BusyClock, LlamaCppBackend, affinity
+
+
+def job(system: str, user: str, *later: str, schema: dict | None = None, temperature: float = 0.0,
+        samples: int = 1) -> Job:
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    msgs += [{"role": "assistant" if k % 2 == 0 else "user", "content": t} for k, t in enumerate(later)]
+    return Job(messages=tuple(msgs), json_schema=schema, sample_indices=list(range(samples)),
+               sampling={"temperature": temperature, "top_p": 0.9, "max_tokens": 24, "seed": 7})
+
+
+class EchoLlama:
+    """A context that answers with the last user message, slowly enough for the other context to work too."""
+
+    def __init__(self, name: str):
+        self.name, self.threads, self.served = name, None, []
+
+    def use_threads(self, n: int) -> None:
+        self.threads = n
+
+    def create_chat_completion(self, messages, **kw):
+        time.sleep(0.01)
+        self.served.append(messages[-1]["content"])
+        return {"choices": [{"message": {"content": f"{self.name}:{messages[-1]['content']}"},
+                             "finish_reason": "stop"}], "usage": {"prompt_tokens": 2, "completion_tokens": 1}}
+
+    def remember(self) -> None:
+        pass
+
+
+def fake_backend(contexts: int, threads: int = 2) -> LlamaCppBackend:
+    backend = LlamaCppBackend.__new__(LlamaCppBackend)
+    backend.llms = [EchoLlama(f"c{w}") for w in range(contexts)]
+    backend.threads, backend.parallel = threads, contexts
+    return backend
+
+
+def test_every_job_is_answered_once_on_the_calling_thread_by_both_contexts():
+    backend = fake_backend(2)
+    jobs = [job("s", f"u{i}") for i in range(9)]
+    seen: list[tuple[int, str, str]] = []
+    backend.generate_each(jobs, lambda i, out: seen.append((i, out.texts[0], threading.current_thread().name)))
+    assert sorted(i for i, _, _ in seen) == list(range(9))
+    assert {name for _, _, name in seen} == {threading.current_thread().name}
+    assert all(text.endswith(f":u{i}") for i, text, _ in seen)
+    assert all(llm.served and llm.threads == 1 for llm in backend.llms)  # 2 threads split over 2 contexts
+
+
+def test_a_single_job_runs_on_one_context_with_every_thread():
+    backend = fake_backend(2)
+    [out] = backend.generate([job("s", "only")])
+    assert out.texts == ["c0:only"] and backend.llms[0].threads == 2 and not backend.llms[1].served
+
+
+def test_a_dialogues_turns_go_to_the_same_context():
+    first = job("system", "plan a trip")
+    later = job("system", "plan a trip", "where to?", "somewhere warm")
+    assert affinity(first, 2) == affinity(later, 2)
+    assert len({affinity(job("system", f"request {i}"), 2) for i in range(20)}) == 2  # and dialogues spread
+
+
+def test_busy_clock_shares_overlapping_requests_so_they_sum_to_the_busy_wall_time():
+    now = [0.0]
+    clock = BusyClock(lambda: now[0])
+    a = clock.start()               # t=0: a alone
+    now[0] = 2.0
+    b = clock.start()               # t=2: a and b decode together
+    now[0] = 6.0
+    charge_a = clock.stop(a)        # t=6: a ends, b alone
+    now[0] = 7.0
+    charge_b = clock.stop(b)
+    assert (charge_a, charge_b) == (4.0, 3.0)  # 2 + 4/2 and 4/2 + 1
+    now[0] = 9.0                    # idle: nobody charged
+    c = clock.start()
+    now[0] = 10.0
+    assert clock.stop(c) == 1.0 and charge_a + charge_b == 7.0  # the wall time of 0..7
+
+
+llama_cpp = pytest.importorskip("llama_cpp")
+
+
+def test_two_contexts_give_the_same_replies_as_one():
+    """Greedy, seeded sampling (two samples) and grammar-constrained JSON: each context decodes alone, so its
+    replies are those of a single context with every thread."""
+    schema = {"type": "object", "properties": {"clarify": {"type": "boolean"}}, "required": ["clarify"]}
+    system = "Decide whether the request is ambiguous; if it is, ask one short clarifying question."
+    jobs = [job(system, "Book me a table."), job(system, "What is 2 + 2?", schema=schema),
+            job(system, "Tell me about jaguars.", temperature=0.8, samples=2), job(system, "Fix my code."),
+            job(system, "Plan a trip.", "Where to?", "Somewhere warm."), job(system, "Which laptop?", schema=schema)]
+    replies = {}
+    for parallel in (1, 2):
+        backend = LlamaCppBackend(RoleConfig(n_ctx=1024, n_threads=2, quantize="q8_0", parallel=parallel))
+        outs = backend.generate(jobs)
+        assert all(o.error is None for o in outs), [o.error for o in outs]
+        assert len(backend.llms) == parallel
+        replies[parallel] = [o.texts for o in outs]
+        for llm in backend.llms:
+            llm.close()
+    assert replies[1] == replies[2]
+    assert len(replies[2][2]) == 2 and all(any(t.strip() for t in texts) for texts in replies[2])
