@@ -214,6 +214,7 @@ def bench_tokens(max_tokens: int = 128, repeats: int = 3) -> BenchResult:
     _grammar_tokens(res, llm, max_tokens)
     _prompt_speed(res)
     _prefix_reuse(res)
+    _parallel(res)
     return res
 
 
@@ -255,13 +256,41 @@ def _prefix_reuse(res: BenchResult, dialogues: int = 6, turns: int = 4) -> None:
     for mb in (0, 256):
         backend = LlamaCppBackend(RoleConfig(quantize="q8_0", n_threads=2, prefix_cache_mb=mb))
         with timer() as t:
-            texts[mb], _ = interleaved_dialogues(backend.llm, system, said, dialogues, turns)
+            texts[mb], _ = interleaved_dialogues(backend.llms[0], system, said, dialogues, turns)
         wall[mb] = t[0]
-        saved = saved or backend.llm.prefixes.saved_tokens
-        backend.llm.close()
+        saved = saved or backend.llms[0].prefixes.saved_tokens
+        backend.llms[0].close()
     res.add("prefix_reuse_speedup", ratio(wall[0], wall[256]), "interleaved dialogues: prefix reuse vs none", "x",
             note=f"{dialogues} dialogues x {turns} turns, {saved} prompt tokens not re-read; "
                  + ("identical replies" if texts[0] == texts[256] else "REPLIES DIFFER"))
+
+
+def _parallel(res: BenchResult, requests: int = 12, max_tokens: int = 64) -> None:
+    """One call of distinct requests through the backend with one context (2 threads) and with two side by side
+    (RoleConfig.parallel, 1 thread each); the replies must be identical."""
+    from dagster_project.config import RoleConfig
+    from dagster_project.llm.backends.base import Job
+    from dagster_project.llm.backends.llamacpp import LlamaCppBackend
+
+    topics = ["a trip", "a laptop", "a dinner", "a gift", "a course", "a car", "a flat", "a phone", "a party",
+              "a bike", "a camera", "a book"]
+    jobs = [Job(messages=({"role": "system", "content": "Ask one clarifying question when a request is ambiguous."},
+                          {"role": "user", "content": f"Help me choose {topics[i % len(topics)]}."}),
+                sampling={"temperature": 0.0, "top_p": 1.0, "max_tokens": max_tokens, "seed": 0},
+                sample_indices=[0], json_schema=None) for i in range(requests)]
+    wall, texts, tokens = {}, {}, 0
+    for parallel in (1, 2):
+        backend = LlamaCppBackend(RoleConfig(quantize="q8_0", n_threads=2, parallel=parallel))
+        backend.generate(jobs[:2])  # loads the second context outside the timing
+        with timer() as t:
+            outs = backend.generate(jobs)
+        wall[parallel], texts[parallel] = t[0], [o.texts for o in outs]
+        tokens = sum(o.tokens_out for o in outs)
+        for llm in backend.llms:
+            llm.close()
+    res.add("parallel_speedup", ratio(wall[1], wall[2]), "one call: 2 contexts x 1 thread vs 1 context x 2", "x",
+            note=f"{requests} requests, {tokens} tokens generated; "
+                 + ("identical replies" if texts[1] == texts[2] else "REPLIES DIFFER"))
 
 
 GRAMMAR_SCHEMA = {"type": "object", "required": ["query", "clarifying_question", "missing_info"], "properties": {
