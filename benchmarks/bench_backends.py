@@ -273,15 +273,16 @@ def _parallel(res: BenchResult, requests: int = 12, max_tokens: int = 64) -> Non
     from dagster_project.llm.backends.llamacpp import LlamaCppBackend
 
     topics = ["a trip", "a laptop", "a dinner", "a gift", "a course", "a car", "a flat", "a phone", "a party",
-              "a bike", "a camera", "a book"]
+              "a bike", "a camera", "a book", "a film", "a hat"]
     jobs = [Job(messages=({"role": "system", "content": "Ask one clarifying question when a request is ambiguous."},
                           {"role": "user", "content": f"Help me choose {topics[i % len(topics)]}."}),
                 sampling={"temperature": 0.0, "top_p": 1.0, "max_tokens": max_tokens, "seed": 0},
-                sample_indices=[0], json_schema=None) for i in range(requests)]
+                sample_indices=[0], json_schema=None) for i in range(requests + 2)]
+    warm, jobs = jobs[requests:], jobs[:requests]
     wall, texts, tokens = {}, {}, 0
     for parallel in (1, 2):
         backend = LlamaCppBackend(RoleConfig(quantize="q8_0", n_threads=2, parallel=parallel))
-        backend.generate(jobs[:2])  # loads the second context outside the timing
+        backend.generate(warm)  # loads the second context outside the timing
         with timer() as t:
             outs = backend.generate(jobs)
         wall[parallel], texts[parallel] = t[0], [o.texts for o in outs]

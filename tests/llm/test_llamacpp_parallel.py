@@ -11,7 +11,7 @@ import pytest
 
 from dagster_project.config import RoleConfig
 from dagster_project.llm.backends.base import Job
-from dagster_project.llm.backends.llamacpp import BusyClock, LlamaCppBackend, affinity
+from dagster_project.llm.backends.llamacpp import BusyClock, LlamaCppBackend, affinity, assign
 
 
 def job(system: str, user: str, *later: str, schema: dict | None = None, temperature: float = 0.0,
@@ -70,6 +70,16 @@ def test_a_dialogues_turns_go_to_the_same_context():
     later = job("system", "plan a trip", "where to?", "somewhere warm")
     assert affinity(first, 2) == affinity(later, 2)
     assert len({affinity(job("system", f"request {i}"), 2) for i in range(20)}) == 2  # and dialogues spread
+
+
+def test_assign_spreads_samples_evenly_keeps_order_and_depends_on_the_jobs_alone():
+    jobs = [job("s", f"u{i}", samples=1 + i % 3) for i in range(11)]
+    lists = assign(jobs, 2)
+    assert sorted(i for mine in lists for i in mine) == list(range(11))
+    assert all(mine == sorted(mine) for mine in lists)  # each context answers its jobs in the call's order
+    loads = [sum(len(jobs[i].sample_indices) for i in mine) for mine in lists]
+    assert abs(loads[0] - loads[1]) <= 3  # 22 samples: within one job of an even split
+    assert assign(jobs, 2) == lists  # no timing involved: the next run sends every context the same prompts
 
 
 def test_busy_clock_shares_overlapping_requests_so_they_sum_to_the_busy_wall_time():

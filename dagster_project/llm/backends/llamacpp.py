@@ -9,7 +9,6 @@ import queue
 import threading
 import time
 import zlib
-from collections import deque
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -95,17 +94,34 @@ class BusyClock:
 
 
 def affinity(job: Job, workers: int) -> int:
-    """The context a request goes to: a dialogue's turns (same system prompt and first user message) share one, so
+    """The context a request prefers: a dialogue's turns (same system prompt and first user message) share one, so
     its next turn finds its earlier prompt's KV state there (kv_prefix.py)."""
     head = json.dumps([dict(m) for m in job.messages[:2]], sort_keys=True).encode()
     return zlib.crc32(head) % workers
+
+
+def assign(jobs: list[Job], workers: int) -> list[list[int]]:
+    """Job indices per context, in order: each job to its `affinity` context unless that one already holds its
+    share of the samples, then to the least loaded. Fixed by the job list alone, never by timing, so every run
+    sends each context the same prompts in the same order and gets the same replies (a reused prefix can change
+    a reply's last bits, kv_prefix.py)."""
+    share = -(-sum(max(len(j.sample_indices), 1) for j in jobs) // workers)
+    lists: list[list[int]] = [[] for _ in range(workers)]
+    load = [0] * workers
+    for i, job in enumerate(jobs):
+        w = affinity(job, workers)
+        if load[w] >= share:
+            w = min(range(workers), key=load.__getitem__)
+        lists[w].append(i)
+        load[w] += max(len(job.sample_indices), 1)
+    return lists
 
 
 class LlamaCppBackend:
     """In-process llama.cpp on CPU; JSON schemas become compact grammars, so even a 135M model returns valid JSON
     (checked against the likely tokens first: lazy_grammar.py); prompts reuse the KV state of earlier ones sharing
     their prefix (kv_prefix.py). `parallel` contexts decode different requests side by side, each on
-    n_threads / parallel threads, with the same replies as one context (RoleConfig.parallel)."""
+    n_threads / parallel threads, each sent a fixed share of a call's requests (`assign`; RoleConfig.parallel)."""
 
     chunk_size = 4
     _guard = threading.Lock()
@@ -150,35 +166,24 @@ class LlamaCppBackend:
         return outs
 
     def generate_each(self, jobs: list[Job], on_done: Callable[[int, JobOutput], None]) -> None:
-        """Every job through `parallel` contexts, a dialogue's turns to the same one (`affinity`), an idle context
-        taking the others' remaining jobs; on_done(i, output) runs on the calling thread as each job ends."""
+        """Every job through `parallel` contexts side by side (`assign`: a dialogue's turns to the same one, the
+        samples spread evenly); on_done(i, output) runs on the calling thread as each job ends."""
         workers = self.contexts(min(self.parallel, len(jobs))) if len(jobs) > 1 else 1
         if workers == 1:
             self.llms[0].use_threads(self.threads)
             for i, job in enumerate(jobs):
                 on_done(i, self._one(0, job))
             return
-        queues: list[deque[int]] = [deque() for _ in range(workers)]
-        for i, job in enumerate(jobs):
-            queues[affinity(job, workers)].append(i)
-        taken = threading.Lock()
         done: queue.SimpleQueue[tuple[int, JobOutput]] = queue.SimpleQueue()
 
-        def take(w: int) -> int | None:
-            with taken:
-                if queues[w]:
-                    return queues[w].popleft()
-                other = max(queues, key=len)
-                return other.pop() if other else None
-
-        def work(w: int) -> None:  # _one never raises, so every job taken is answered
-            while (i := take(w)) is not None:
+        def work(w: int, mine: list[int]) -> None:  # _one never raises, so every job is answered
+            for i in mine:
                 done.put((i, self._one(w, jobs[i])))
 
         for llm in self.llms[:workers]:
             llm.use_threads(max(1, self.threads // workers))
-
-        threads = [threading.Thread(target=work, args=(w,), name=f"llamacpp-{w}", daemon=True) for w in range(workers)]
+        threads = [threading.Thread(target=work, args=(w, mine), name=f"llamacpp-{w}", daemon=True)
+                   for w, mine in enumerate(assign(jobs, workers))]
         for t in threads:
             t.start()
         for _ in jobs:
