@@ -69,7 +69,7 @@ install-gpu: install
 	$(PY) -c "import torch; assert torch.cuda.is_available(), 'torch sees no CUDA device'; \
 	  print('torch', torch.__version__, 'CUDA', torch.version.cuda, torch.cuda.get_device_name())"
 
-# ends with `clarify timings`: per stage wall time vs the model's own time ("model 9.6 min of 14.0 min");
+# ends with `clarify timings`: per stage wall time vs the model's own time ("model 8.1 min of 12.3 min");
 # `-`: a demo whose stages were all restored by DVC has no run to time, which is no failure
 demo: install
 	dvc repro

@@ -33,9 +33,9 @@ class RoleConfig(Strict):
     max_retries: int = Field(3, ge=0)
     n_ctx: int = Field(2048, gt=0)
     n_threads: int | None = None
-    # llamacpp: requests decoded side by side, each in a context of its own on n_threads / parallel threads (same
-    # replies; a token's decode reads every weight, so two streams use the memory bus better than two threads on
-    # one: ~1.2x on 2 cores, docs/backends.md). Default: 2 when there are 2 threads or more, else 1
+    # llamacpp: a call's requests decoded side by side, each context on n_threads / parallel threads, each given a
+    # fixed share (a token's decode reads every weight, so two streams use the memory bus better than two threads
+    # on one: 1.35x on 2 cores, docs/backends.md). Default: 2 when there are 2 threads or more, else 1
     parallel: int | None = Field(None, ge=1)
     # llamacpp: run the GGUF re-encoded by llama.cpp's quantizer (made once into the models folder). q8_0 turns the
     # embedded Q4_1 file into one whose prompt processing is ~1.5x faster on x86 CPUs (docs/backends.md)
