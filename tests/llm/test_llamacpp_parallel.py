@@ -65,6 +65,18 @@ def test_a_single_job_runs_on_one_context_with_every_thread():
     assert out.texts == ["c0:only"] and backend.llms[0].threads == 2 and not backend.llms[1].served
 
 
+def test_a_second_context_that_fails_to_load_leaves_the_work_to_the_first(caplog):
+    class OneLoads(LlamaCppBackend):
+        def _new_context(self):
+            raise MemoryError("failed to allocate KV cache")
+
+    backend = OneLoads.__new__(OneLoads)
+    backend.llms, backend.threads, backend.parallel = [EchoLlama("c0")], 2, 2
+    outs = backend.generate([job("s", f"u{i}") for i in range(3)])
+    assert [o.texts for o in outs] == [["c0:u0"], ["c0:u1"], ["c0:u2"]] and backend.llms[0].threads == 2
+    assert "context 2 of 2 failed to load (MemoryError: failed to allocate KV cache); 1 carry the work" in caplog.text
+
+
 def test_a_dialogues_turns_go_to_the_same_context():
     first = job("system", "plan a trip")
     later = job("system", "plan a trip", "where to?", "somewhere warm")

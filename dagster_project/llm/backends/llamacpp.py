@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
-import re
 import queue
+import re
 import threading
 import time
 import zlib
@@ -18,6 +19,8 @@ from dagster_project.config import RoleConfig
 from dagster_project.config.home import MODELS_ENV
 from dagster_project.llm.backends.base import Job, JobOutput, short_error
 from dagster_project.llm.models import KNOWN_GGUF, known_gguf_path, requantized
+
+log = logging.getLogger(__name__)
 
 
 def resolve_gguf(model: str) -> Path:
@@ -139,19 +142,23 @@ class LlamaCppBackend:
     def contexts(self, n: int) -> int:
         """Load contexts up to `n` (the first at construction, the others when a call first has work for them);
         returns how many are loaded (fewer when one fails to load: the others carry the work)."""
-        from dagster_project.llm.backends.kv_prefix import PrefixReuseLlama
-
         while len(self.llms) < n:
             try:
-                self.llms.append(PrefixReuseLlama(
-                    model_path=self.path, n_ctx=self.cfg.n_ctx, verbose=False, n_threads=self.threads,
-                    n_threads_batch=self.threads, seed=self.cfg.seed,
-                    prefix_cache_bytes=(self.cfg.prefix_cache_mb << 20) // self.parallel))
-            except Exception:
+                self.llms.append(self._new_context())
+            except Exception as err:
                 if not self.llms:
                     raise
+                log.warning("llamacpp: context %d of %d failed to load (%s); %d carry the work",
+                            len(self.llms) + 1, n, short_error(err), len(self.llms))
                 break
         return len(self.llms)
+
+    def _new_context(self) -> Any:
+        from dagster_project.llm.backends.kv_prefix import PrefixReuseLlama
+
+        return PrefixReuseLlama(model_path=self.path, n_ctx=self.cfg.n_ctx, verbose=False, n_threads=self.threads,
+                                n_threads_batch=self.threads, seed=self.cfg.seed,
+                                prefix_cache_bytes=(self.cfg.prefix_cache_mb << 20) // self.parallel)
 
     @classmethod
     def _slot(cls, w: int) -> threading.Lock:
