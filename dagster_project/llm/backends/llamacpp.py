@@ -108,15 +108,16 @@ def assign(jobs: list[Job], workers: int) -> list[list[int]]:
     share of the samples, then to the least loaded. Fixed by the job list alone, never by timing, so every run
     sends each context the same prompts in the same order and gets the same replies (a reused prefix can change
     a reply's last bits, kv_prefix.py)."""
-    share = -(-sum(max(len(j.sample_indices), 1) for j in jobs) // workers)
+    weights = [max(len(job.sample_indices), 1) for job in jobs]
+    share = -(-sum(weights) // workers)
     lists: list[list[int]] = [[] for _ in range(workers)]
     load = [0] * workers
-    for i, job in enumerate(jobs):
+    for i, (job, weight) in enumerate(zip(jobs, weights, strict=True)):
         w = affinity(job, workers)
         if load[w] >= share:
             w = min(range(workers), key=load.__getitem__)
         lists[w].append(i)
-        load[w] += max(len(job.sample_indices), 1)
+        load[w] += weight
     return lists
 
 
