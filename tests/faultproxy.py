@@ -69,6 +69,7 @@ class FaultProxy:
     events: list[Event] = field(default_factory=list)
     inflight: int = 0
     max_inflight: int = 0
+    proxied_hosts: list[str] = field(default_factory=list)  # hosts named by absolute-form requests (HTTP_PROXY use)
 
     def __post_init__(self) -> None:
         u = urlsplit(self.upstream)
@@ -164,6 +165,10 @@ class FaultProxy:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)
             lines = head.decode("latin-1").split("\r\n")
             method, path, _ = lines[0].split(" ", 2)
+            if path.startswith("http://"):  # sent to us as a forward proxy: serve it as if it named the upstream
+                target = urlsplit(path)
+                self.proxied_hosts.append(target.netloc)
+                path = target.path + (f"?{target.query}" if target.query else "")
             headers = {k.strip().lower(): v.strip() for k, v in
                        (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
             body = await reader.readexactly(int(headers.get("content-length", "0") or 0))

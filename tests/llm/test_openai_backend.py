@@ -22,7 +22,13 @@ from starlette.routing import Route
 
 from dagster_project.config import RoleConfig, parse_params
 from dagster_project.llm.backends.base import Job
-from dagster_project.llm.backends.openai import OpenAIBackend
+from dagster_project.llm.backends.openai import (
+    Endpoint,
+    OpenAIBackend,
+    _transient_errors,
+    retry_after_s,
+    status_error,
+)
 from dagster_project.llm.chat import ChatRequest, sample_cache_key
 from dagster_project.llm.client import LLMClient
 from dagster_project.llm.identity import cache_identity
@@ -166,6 +172,77 @@ def test_transient_500_is_retried(fake):
     assert other.error is None
     prompts = [r["body"]["messages"][-1]["content"] for r in fake.requests]
     assert prompts.count("flaky") == 2 and prompts.count("steady") == 1
+
+
+def test_transient_failures_outliving_the_retries_cost_max_retries_plus_one_tries(fake):
+    """The first try runs outside tenacity; its failure is attempt 1 of tenacity's loop, so the waits follow
+    attempts 1, 2 and the job gives up after max_retries + 1 tries, the retries counted."""
+    fake.plan["down"] = [503] * 5
+    fake.plan["recovers"] = [503, 503]
+    backend = OpenAIBackend(role(fake, max_retries=2))
+    backend.backoff_initial_s = backend.backoff_max_s = 0.01
+    slept_after: list[int] = []  # the attempt each backoff sleep followed
+    inner = backend._count_retry
+    backend._count_retry = lambda state: (slept_after.append(state.attempt_number), inner(state))[1]  # type: ignore
+    [down] = backend.generate([job("down")])
+    assert down.texts == [] and "InternalServerError" in down.error and "503" in down.error
+    assert (slept_after, backend.retries) == ([1, 2], 2)
+    [ok] = backend.generate([job("recovers")])
+    assert ok.error is None and ok.texts == ["recovers|seed=100|0"]
+    prompts = [r["body"]["messages"][-1]["content"] for r in fake.requests]
+    assert (prompts.count("down"), prompts.count("recovers"), backend.retries) == (3, 3, 4)
+    fake.plan["once"] = [503]
+    [no_retry] = OpenAIBackend(role(fake, max_retries=0)).generate([job("once")])
+    assert "503" in no_retry.error and [r["body"]["messages"][-1]["content"] for r in fake.requests].count("once") == 1
+
+
+def test_timeouts_and_refused_connections_are_retried_then_become_the_sdks_errors(fake):
+    fake.slow_s = 2.0
+    backend = OpenAIBackend(role(fake, max_retries=1, timeout_s=0.3))
+    backend.backoff_initial_s = backend.backoff_max_s = 0.01
+    [slow, quick] = backend.generate([job("slow one"), job("quick")])
+    assert slow.error == "APITimeoutError: Request timed out." and quick.texts == ["quick|seed=100|0"]
+    assert [r["body"]["messages"][-1]["content"] for r in fake.requests].count("slow one") == 2
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    refused = OpenAIBackend(RoleConfig(backend="openai", model="m", base_url=closed, max_retries=1, timeout_s=5))
+    refused.backoff_initial_s = refused.backoff_max_s = 0.01
+    [out] = refused.generate([job("anyone?")])
+    assert out.error == "APIConnectionError: Connection error." and refused.retries == 1
+
+
+def test_requests_go_through_the_environments_proxy_unless_no_proxy_names_the_host(fake, monkeypatch):
+    from faultproxy import FaultProxy
+
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
+                "no_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    with FaultProxy(fake.url.removesuffix("/v1")) as proxy:
+        monkeypatch.setenv("http_proxy", f"http://user:secret@127.0.0.1:{proxy.port}")
+        monkeypatch.setenv("no_proxy", "internal.invalid")
+        backend = OpenAIBackend(RoleConfig(backend="openai", model="fake-model", base_url="http://api.clarify.invalid/v1",
+                                           max_retries=0, timeout_s=10))
+        [out] = backend.generate([job("via the proxy")])
+        assert out.error is None and out.texts == ["via the proxy|seed=100|0"]
+        assert proxy.proxied_hosts == ["api.clarify.invalid"]
+        endpoint = Endpoint("http://api.clarify.invalid/v1/chat/completions")
+        assert (str(endpoint.proxy), endpoint.proxy_auth.login) == (f"http://127.0.0.1:{proxy.port}", "user")
+        assert Endpoint("http://internal.invalid/v1/chat/completions").proxy is None
+
+
+def test_status_errors_are_the_sdks_classes_and_messages():
+    import openai
+
+    err = status_error("http://h/v1/chat/completions", 429, {"Retry-After": "3", "x-request-id": "req-1"},
+                       b'{"error": {"message": "slow down", "type": "rate_limit"}}')
+    assert isinstance(err, openai.RateLimitError) and str(err) == "Error code: 429 - slow down"
+    assert err.body == {"message": "slow down", "type": "rate_limit"} and err.request_id == "req-1"
+    assert retry_after_s(err) == 3.0 and isinstance(err, _transient_errors())
+    html = status_error("http://h/v1/chat/completions", 502, {}, b"<html>bad gateway</html>")
+    assert type(html) is openai.InternalServerError and str(html) == "Error code: 502" and html.status_code == 502
+    assert type(status_error("u", 418, {}, b"")) is openai.APIStatusError
+    assert not isinstance(status_error("u", 400, {}, b"{}"), _transient_errors())
 
 
 def test_persistent_400_becomes_job_error_not_exception(fake):
