@@ -109,9 +109,9 @@ def compare(ours: dict[str, Any], peers: dict[str, dict[str, Any]]) -> list[tupl
 
 
 def bench_peers(requests: int | None = None, ours: dict[str, Any] | None = None,
-                venv: Path | None = None) -> BenchResult:
-    """Every peer in `venv` (default PEER_VENV); `ours`: paper_scale's metrics from the same run (its llm_calls
-    set the request count)."""
+                venv: Path | None = None, peers: tuple[str, ...] = PEERS) -> BenchResult:
+    """`peers` (default every one) in `venv` (default PEER_VENV); `ours`: paper_scale's metrics from the same run
+    (its llm_calls set the request count)."""
     res = BenchResult("peers")
     venv = venv or PEER_VENV
     python = venv / "bin" / "python"
@@ -130,7 +130,7 @@ def bench_peers(requests: int | None = None, ours: dict[str, Any] | None = None,
     results, failed = {}, {}
     try:
         _wait_http(url + "/health", stub)
-        for peer in PEERS:
+        for peer in peers:
             say(f"peers: {peer}, {requests:,} requests, concurrency {CONCURRENCY}")
             try:
                 results[peer] = run_peer(python, peer, url, requests)
@@ -168,4 +168,9 @@ def _report(res: BenchResult, requests: int, results: dict[str, dict[str, Any]],
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=DEFAULT_REQUESTS, help="chat requests per peer")
-    print_standalone(bench_peers(ap.parse_args().requests), "peers")
+    ap.add_argument("--peers", default=",".join(PEERS), help=f"comma-separated subset of {', '.join(PEERS)}")
+    args = ap.parse_args()
+    chosen = tuple(p.strip() for p in args.peers.split(",") if p.strip())
+    if unknown := sorted(set(chosen) - set(PEERS)):
+        ap.error(f"unknown peer(s) {unknown}; known: {', '.join(PEERS)}")
+    print_standalone(bench_peers(args.requests, peers=chosen), "peers")

@@ -44,3 +44,19 @@ def test_ratios_to_the_pipeline_from_given_numbers():
     alone = bench_peers.BenchResult("peers")
     bench_peers._report(alone, 12_014, peers, None)  # paper_scale did not run: the peers' own numbers only
     assert not any(k.startswith("ratio_") for k in alone.metrics) and alone.metrics["distilabel_served"] == 12_014
+
+
+def test_a_subset_of_peers_runs_only_those(tmp_path, monkeypatch):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").touch()  # the venv "exists"; run_peer is replaced, so it never runs
+    ran: list[str] = []
+
+    def fake_run(python, peer, url, requests):
+        ran.append(peer)
+        return {"version": "0", "prompts": requests, "answered": requests, "served": requests, "wall_s": 1.0,
+                "cpu_s": 1.0, "import_s": 0.1, "stub_cpu_s": 0.1, "peak_rss_mb": 10.0}
+
+    monkeypatch.setattr(bench_peers, "run_peer", fake_run)
+    res = bench_peers.bench_peers(requests=50, venv=tmp_path, peers=("curator-openai",))
+    assert ran == ["curator-openai"] and res.metrics["curator_openai_served"] == 50
+    assert not any(k.startswith("distilabel") for k in res.metrics)
