@@ -147,8 +147,9 @@ def bench_peers(requests: int | None = None, ours: dict[str, Any] | None = None,
 
 
 def _report(res: BenchResult, requests: int, results: dict[str, dict[str, Any]], ours: dict[str, Any] | None) -> None:
-    res.add("requests", requests, "chat requests per peer", note="paper_scale's cold run's HTTP requests"
-            if ours and "llm_calls" in ours else "standalone default (paper_scale's count at --scale 0.05)")
+    note = ("paper_scale's cold run's HTTP requests" if ours and "llm_calls" in ours else
+            "standalone default (paper_scale's count at --scale 0.05)" if requests == DEFAULT_REQUESTS else "--requests")
+    res.add("requests", requests, "chat requests per peer", note=note)
     for peer, m in results.items():
         key = peer.replace("-", "_")
         res.add(f"{key}_ms_per_request", 1000 * ratio(m["wall_s"], m["prompts"]), f"{peer} {m['version']}: wall / "

@@ -59,4 +59,5 @@ def test_a_subset_of_peers_runs_only_those(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_peers, "run_peer", fake_run)
     res = bench_peers.bench_peers(requests=50, venv=tmp_path, peers=("curator-openai",))
     assert ran == ["curator-openai"] and res.metrics["curator_openai_served"] == 50
+    assert dict((label, note) for label, _, note in res.lines)["chat requests per peer"] == "--requests"
     assert not any(k.startswith("distilabel") for k in res.metrics)
