@@ -41,6 +41,7 @@ def _benchmarks(scale: float, done: dict[str, dict]) -> dict[str, Callable[[], B
     from bench_backends import bench_openai, bench_rerun, bench_tokens, bench_vllm
     from bench_cache import bench_cache
     from bench_dedup import bench_dedup, bench_dedup_ann
+    from bench_judge_overlap import bench_judge_overlap
     from bench_llm import bench_llm
     from bench_log_memory import bench_log_memory
     from bench_logs import bench_logs
@@ -56,11 +57,11 @@ def _benchmarks(scale: float, done: dict[str, dict]) -> dict[str, Callable[[], B
             "llm": bench_llm, "tokens": bench_tokens, "rerun": bench_rerun, "openai": bench_openai, "vllm": bench_vllm,
             "retrieval": bench_retrieval, "logs": bench_logs, "log_memory": bench_log_memory, "serving": bench_serving,
             "paper_scale": lambda: bench_paper_scale(scale), "peers": lambda: bench_peers(ours=done.get("paper_scale")),
-            "parallel": bench_parallel}
+            "parallel": bench_parallel, "judge_overlap": bench_judge_overlap}
 
 
 NAMES = ("parsing", "cache", "dedup", "dedup_ann", "llm", "tokens", "rerun", "openai", "vllm", "retrieval", "logs",
-         "log_memory", "serving", "paper_scale", "peers", "parallel")
+         "log_memory", "serving", "paper_scale", "peers", "parallel", "judge_overlap")
 # the performance table's headline ratios (ARCHITECTURE §4 / issue 10), printed together at the end
 HEADLINES = (("P1 warm-cache rerun vs cold", "rerun", "p1_warm_vs_cold"),
              ("P2 openai concurrency 32 vs 1", "openai", "p2_concurrency_speedup"),

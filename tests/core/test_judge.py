@@ -188,3 +188,33 @@ def test_a_clarify_reply_that_is_no_question_scores_zero_by_rule_without_a_judge
     assert out["judged_by"].to_list() == ["judge", "rule"]
     assert out["score"].to_list() == [5, 0] and out["error"].to_list() == [None, "not a question"]
     assert len(sent) == 1 and "Do you mean the fish?" in sent[0].messages[-1]["content"]
+
+
+def test_bertscore_runs_beside_the_judge_calls_when_asked_with_the_same_scores():
+    """overlap=True (a remote judge): BERTScore is computed while the judge's calls are out. The fake judge waits
+    until BERTScore has started, which only happens if it runs on another thread (a timeout fails the test)."""
+    import threading
+
+    rows = [{"dataset": "d", "subject": "s", "method": "m", "dialogue_id": f"q{i}", "turn": 1, "subtype": "lexical",
+             "persona": "precise", "reference_action": "clarify", "reference_question": "Fish or instrument?",
+             "status": "ok", "action": "clarify", "response": text}
+            for i, text in enumerate(["Do you mean the fish?", "Which bass, the fish or the guitar?"])]
+    started, threads = threading.Event(), []
+
+    def bertscore(cands, refs):
+        started.set()
+        threads.append(threading.current_thread())
+        return [round(len(c) / 100, 2) for c in cands]
+
+    def chat(role, requests):
+        assert started.wait(10), "BERTScore did not start while the judge's calls were out"
+        return [ChatResult(texts=[json.dumps({"score": 4})]) for _ in requests]
+
+    cfg = EvaluationConfig(judge_per_subtype=5)
+    beside = judge_scores(chat, pl.DataFrame(rows), _messages(), cfg, "judge-model", bertscore, overlap=True)
+    assert threads[0] is not threading.main_thread()
+    after = judge_scores(lambda role, reqs: [ChatResult(texts=[json.dumps({"score": 4})]) for _ in reqs],
+                         pl.DataFrame(rows), _messages(), cfg, "judge-model", bertscore)
+    assert threads[1] is threading.main_thread()
+    assert beside.equals(after) and beside["bertscore_f1"].to_list() == [0.21, 0.35]
+    assert beside["score"].to_list() == [4, 4]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
 import polars as pl
@@ -175,7 +176,7 @@ BertScore = Callable[[list[str], list[str]], list[float]]
 
 
 def judge_scores(chat: Chat, predictions: pl.DataFrame, messages: pl.DataFrame, cfg: EvaluationConfig,
-                 model: str, bertscore: BertScore | None = None) -> pl.DataFrame:
+                 model: str, bertscore: BertScore | None = None, overlap: bool = False) -> pl.DataFrame:
     """Every candidate turn: judge score (sampled items where the method asked; 0 by rule where it did not),
     token-F1 and BERTScore-F1 (None without `bertscore`) of the method's output on every candidate turn.
 
@@ -185,7 +186,8 @@ def judge_scores(chat: Chat, predictions: pl.DataFrame, messages: pl.DataFrame, 
     the text of an invalid reply); an empty output scores 0. `asked` keeps the conditional view (the mean over
     the turns where the method asked) as an extra column of `question_quality`.
 
-    messages: (dataset, dialogue_id, turn, messages) of the evaluated dialogues."""
+    messages: (dataset, dialogue_id, turn, messages) of the evaluated dialogues. overlap: compute BERTScore on a
+    second thread while the judge's calls are out (for a remote judge: the encoder then runs while the calls wait)."""
     cands = candidate_turns(predictions).select(
         *ROW_KEY, "subtype", "persona", "reference_question", "action", "response")
     items = sample_items(cands, cfg.judge_per_subtype, cfg.sample_seed).with_columns(sampled=pl.lit(True))
@@ -197,19 +199,17 @@ def judge_scores(chat: Chat, predictions: pl.DataFrame, messages: pl.DataFrame, 
     sampled = table.filter("sampled", "asked").join(messages, on=TURN_KEY, how="left").sort("_row")
     to_judge = [(i, SCORE, pointwise_values(r)) for i, r in zip(sampled["_row"], sampled.iter_rows(named=True))
                 if is_question(r["response"])]
-    judged = {a.item: a for a in ask(chat, SCORE.role, to_judge)}
+    responses, references = table["response"].to_list(), table["reference_question"].to_list()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        later = pool.submit(_bert_column, bertscore, responses, references) if overlap else None
+        judged = {a.item: a for a in ask(chat, SCORE.role, to_judge)}
+        bert = later.result() if later is not None else _bert_column(bertscore, responses, references)
     # built as columns: a dict per row (every candidate turn of every method) was a paper-scale run's memory peak
     verdicts = pl.DataFrame(
         [{"_row": i, "_score": a.first.value.score if a.first.ok else None, "_status": a.first.status.value,
           "_error": a.first.error, "_raw": a.result.text} for i, a in judged.items()],
         schema={"_row": table.schema["_row"], "_score": pl.Int64, "_status": pl.Utf8, "_error": pl.Utf8,
                 "_raw": pl.Utf8})
-    responses, references = table["response"].to_list(), table["reference_question"].to_list()
-    said = [i for i, r in enumerate(responses) if (r or "").strip()]
-    bert = [0.0 if bertscore is not None else None] * len(responses)  # an empty output scores 0
-    if bertscore is not None and said:
-        for i, b in zip(said, bertscore([responses[i] for i in said], [references[i] for i in said]), strict=True):
-            bert[i] = b
     by_judge = pl.col("_status").is_not_null()
     # the reference asks but the method did not, or its "question" is none: 0 by the rubric
     by_rule = pl.col("sampled") & ~by_judge
@@ -227,6 +227,17 @@ def judge_scores(chat: Chat, predictions: pl.DataFrame, messages: pl.DataFrame, 
         bertscore_f1=pl.Series(bert, dtype=pl.Float64))
     return out.select([pl.col(c).cast(t) for c, t in schema.items()]).with_columns(
         model=pl.lit(model), prompt_version=pl.lit(SCORE.version if judged else None, pl.Utf8))
+
+
+def _bert_column(bertscore: BertScore | None, responses: list[str | None],
+                 references: list[str]) -> list[float | None]:
+    """BERTScore-F1 per candidate turn: None without a scorer, 0 for an empty output."""
+    bert: list[float | None] = [0.0 if bertscore is not None else None] * len(responses)
+    said = [i for i, r in enumerate(responses) if (r or "").strip()]
+    if bertscore is not None and said:
+        for i, b in zip(said, bertscore([responses[i] for i in said], [references[i] for i in said]), strict=True):
+            bert[i] = b
+    return bert
 
 
 PAIR_SIDES = {"subtype": pl.Utf8, "reference_action": pl.Utf8, "reference_question": pl.Utf8, "action_a": pl.Utf8,

@@ -241,8 +241,10 @@ def judge_scores(context: dg.AssetExecutionContext, params: dg.ResourceParam[Par
         pairs = [json.dumps([c, r]) for c, r in zip(candidates, references, strict=True)]
         return [float(x) for x in cache.rows(f"bertscore:{embedder.model}:{cfg.bertscore_layers}", pairs, score)[:, 0]]
 
-    out = score_questions(chat, predictions, _messages(params, dialogues), cfg,
-                          params.llm.role("judge").model, bertscore if cfg.bertscore else None)
+    judge = params.llm.role("judge")
+    # a remote judge's calls wait on the network: BERTScore runs beside them; a local one would share the cores
+    out = score_questions(chat, predictions, _messages(params, dialogues), cfg, judge.model,
+                          bertscore if cfg.bertscore else None, overlap=judge.backend == "openai")
     sampled = out.filter(pl.col("sampled"))
     context.add_output_metadata({
         **chat.usage(), "candidate_turns": out.height,
