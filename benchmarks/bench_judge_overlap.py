@@ -10,6 +10,7 @@ be equal.
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -92,8 +93,6 @@ def bench_judge_overlap() -> BenchResult:
                 outs[arm] = judge_scores(chat, preds, messages, cfg, "stub-judge", bertscore, overlap=arm == "beside")
                 walls[arm], calls[arm] = time.perf_counter() - t, sum(sent)
     finally:
-        import os
-
         os.killpg(stub.pid, 15)
         stub.wait(timeout=20)
     if not outs["after"].equals(outs["beside"]):
