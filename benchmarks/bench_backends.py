@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from _common import BenchResult, ratio, say, timer
@@ -113,6 +115,25 @@ def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
                 raise RuntimeError(f"{url} not ready") from None
             time.sleep(0.2)
 
+
+
+@contextmanager
+def latency_stub(latency_ms: int = 0) -> Iterator[str]:
+    """latency_server.py on a free loopback port, LATENCY_MS per reply, with the HTTP proxy variables unset while it
+    runs (a proxy would otherwise carry the loopback requests); yields its base URL, stops it on exit."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, str(HERE / "latency_server.py"), str(port), str(latency_ms)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    env_backup = {k: os.environ.pop(k) for k in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+                  if k in os.environ}
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_http(url + "/health", proc)
+        yield url
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=20)
+        os.environ.update(env_backup)
 
 def bench_openai(n: int = 500, latency_ms: int = 100, high: int = 32) -> BenchResult:
     from dagster_project.llm.chat import ChatRequest

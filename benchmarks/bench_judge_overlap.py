@@ -10,19 +10,14 @@ be equal.
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import polars as pl
 from _common import BenchResult, print_standalone, ratio, say
-from bench_backends import _free_port, _wait_http
+from bench_backends import latency_stub
 
-HERE = Path(__file__).resolve().parent
 SUBTYPES = [f"subtype_{i}" for i in range(12)]
 METHODS = ("base", "cot", "clarify_agent")
 TURNS_PER_SUBTYPE = 80
@@ -69,32 +64,23 @@ def bench_judge_overlap() -> BenchResult:
         return out
 
     bertscore_f1(["warm up"], ["the encoder"], minilm_path(), cfg.bertscore_layers)  # imports + load, untimed
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    stub = subprocess.Popen([sys.executable, str(HERE / "latency_server.py"), str(port), str(LATENCY_MS)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     walls, outs, calls = {}, {}, {}
-    try:
-        _wait_http(url + "/health", stub)
-        with tempfile.TemporaryDirectory(prefix="bench_judge_") as d:
-            for arm in ("after", "beside"):  # an empty cache each: every judge call is sent
-                llm = parse_params({"llm": {"cache_path": f"{d}/{arm}.sqlite", "roles": {
-                    "default": {"model": "local"}, "judge": {"backend": "openai", "base_url": url + "/v1",
-                                                             "model": "stub-judge", "concurrency": CONCURRENCY}}}}).llm
-                client = LLMClient(llm)
-                sent: list[int] = []
+    with latency_stub(LATENCY_MS) as url, tempfile.TemporaryDirectory(prefix="bench_judge_") as d:
+        for arm in ("after", "beside"):  # an empty cache each: every judge call is sent
+            llm = parse_params({"llm": {"cache_path": f"{d}/{arm}.sqlite", "roles": {
+                "default": {"model": "local"}, "judge": {"backend": "openai", "base_url": url + "/v1",
+                                                         "model": "stub-judge", "concurrency": CONCURRENCY}}}}).llm
+            client = LLMClient(llm)
+            sent: list[int] = []
 
-                def chat(role, requests, client=client, sent=sent):
-                    sent.append(len(requests))
-                    return client.chat(role, requests)
+            def chat(role, requests, client=client, sent=sent):
+                sent.append(len(requests))
+                return client.chat(role, requests)
 
-                say(f"judge_overlap: BERTScore {arm} the judge's calls")
-                t = time.perf_counter()
-                outs[arm] = judge_scores(chat, preds, messages, cfg, "stub-judge", bertscore, overlap=arm == "beside")
-                walls[arm], calls[arm] = time.perf_counter() - t, sum(sent)
-    finally:
-        os.killpg(stub.pid, 15)
-        stub.wait(timeout=20)
+            say(f"judge_overlap: BERTScore {arm} the judge's calls")
+            t = time.perf_counter()
+            outs[arm] = judge_scores(chat, preds, messages, cfg, "stub-judge", bertscore, overlap=arm == "beside")
+            walls[arm], calls[arm] = time.perf_counter() - t, sum(sent)
     if not outs["after"].equals(outs["beside"]):
         raise RuntimeError("judge_scores differs with BERTScore beside the judge's calls")
     floor = calls["after"] * LATENCY_MS / 1000 / CONCURRENCY
