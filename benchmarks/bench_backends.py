@@ -141,17 +141,11 @@ def bench_openai(n: int = 500, latency_ms: int = 100, high: int = 32) -> BenchRe
     from dagster_project.llm.client import LLMClient
 
     res = BenchResult("openai")
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, str(HERE / "latency_server.py"), str(port), str(latency_ms)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    env_backup = {k: os.environ.pop(k) for k in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
-                  if k in os.environ}
-    try:
-        _wait_http(f"http://127.0.0.1:{port}/health", proc)
-        times = {}
+    times = {}
+    with latency_stub(latency_ms) as url:
         for conc in (1, high):
             with tempfile.TemporaryDirectory(prefix="bench_openai_") as d:
-                role = RoleConfig(backend="openai", model="latency-stub", base_url=f"http://127.0.0.1:{port}/v1",
+                role = RoleConfig(backend="openai", model="latency-stub", base_url=f"{url}/v1",
                                   concurrency=conc, timeout_s=30, max_retries=0)
                 client = LLMClient(LLMConfig(cache_path=str(Path(d) / "c.sqlite"), roles={"default": role}))
                 reqs = [ChatRequest.of([{"role": "user", "content": f"request {i}"}], "bench-p2", max_tokens=8)
@@ -163,10 +157,6 @@ def bench_openai(n: int = 500, latency_ms: int = 100, high: int = 32) -> BenchRe
                 if errors:
                     raise RuntimeError(f"{errors} requests failed: {next(r.error for r in out if r.error)}")
                 times[conc] = t[0]
-    finally:
-        os.killpg(proc.pid, 15)
-        proc.wait(timeout=20)
-        os.environ.update(env_backup)
     res.add("concurrency_1_s", times[1], f"{n} requests, concurrency 1", "s",
             note=f"floor {n * latency_ms / 1000:.0f} s")
     res.add(f"concurrency_{high}_s", times[high], f"{n} requests, concurrency {high}", "s",
