@@ -61,7 +61,7 @@ $(VENV)/.installed: pyproject.toml
 	  mkdir -p $(WHEELS); tmp=$$(mktemp -d $(WHEELS)/.building.XXXXXX); \
 	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" setsid bash -c '$(PIP) wheel -q --no-deps -w "$$0" \
 	      llama-cpp-python==$(LLAMA_VERSION) && mv "$$0"/*.whl $(WHEELS)/' "$$tmp" > $(LLAMA_BUILD_LOG) 2>&1 & \
-	  build=$$!; trap 'kill -- -$$build 2>/dev/null; rm -rf "$$tmp"' EXIT; trap 'exit 130' INT TERM; \
+	  build=$$!; trap 'kill -- -$$build 2>/dev/null || true; rm -rf "$$tmp"' EXIT; trap 'exit 130' INT TERM; \
 	fi; \
 	echo "$(PIP) install -q torch==2.13.0"; $(PIP) install -q torch==2.13.0; \
 	echo "$(PIP) install -q (pyproject's dependencies and dev extra but llama-cpp-python)"; \
