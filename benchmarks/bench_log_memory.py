@@ -118,33 +118,24 @@ def _run_size(mb: float, base_url: str) -> dict:
 
 def bench_log_memory(sizes_mb: tuple[float, float] | None = None) -> BenchResult:
     """Two log sizes, each in its own process, against one stub server."""
-    from bench_backends import _free_port, _wait_http
+    from bench_backends import latency_stub
 
     if sizes_mb is None:
         small, big = (float(x) for x in os.environ.get("BENCH_LOG_MEMORY_MB", "20,200").split(","))
     else:
         small, big = sizes_mb
     res = BenchResult("log_memory")
-    port = _free_port()
-    stub = subprocess.Popen([sys.executable, str(HERE / "latency_server.py"), str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    proxies = {k: os.environ.pop(k) for k in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy") if k in os.environ}
-    try:
-        _wait_http(f"http://127.0.0.1:{port}/health", stub)
+    with latency_stub() as url:
         runs = {}
         for label, mb in (("small", small), ("big", big)):
             say(f"log_memory: clarify materialize logs on a {mb:g} MB log")
-            runs[label] = m = _run_size(mb, f"http://127.0.0.1:{port}/v1")
+            runs[label] = m = _run_size(mb, url + "/v1")
             rows = m["rows"]
             res.add(f"{label}_log_mib", round(m["log_mib"], 1), f"{label}: log size", "MiB",
                     f"{m['conversations']:,} conversations, {rows['raw_logs']:,} turns, "
                     f"{rows['log_candidates']:,} candidates, {rows['log_clarifications']:,} extraction rows")
             res.add(f"{label}_peak_rss_mb", m["peak_rss_mb"], f"{label}: peak RSS of clarify materialize logs", "MiB")
             res.add(f"{label}_wall_s", m["wall_s"], f"{label}: wall time", "s")
-    finally:
-        os.killpg(stub.pid, 15)
-        stub.wait(timeout=20)
-        os.environ.update(proxies)
     growth = (runs["big"]["peak_rss_mb"] - runs["small"]["peak_rss_mb"]) / (runs["big"]["log_mib"]
                                                                             - runs["small"]["log_mib"])
     res.add("rss_mib_per_input_mib", growth, "peak RSS growth per MiB of log", "MiB/MiB", "goal <= 0.25")

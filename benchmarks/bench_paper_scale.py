@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 from _common import BenchResult, print_standalone, ratio, say, timer
-from bench_backends import _free_port, _wait_http
+from bench_backends import latency_stub
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -94,14 +94,7 @@ def _cache_size(cache: Path) -> tuple[int, int]:
 
 def bench_paper_scale(scale: float = DEFAULT_SCALE) -> BenchResult:
     res = BenchResult("paper_scale")
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    stub = subprocess.Popen([sys.executable, str(HERE / "latency_server.py"), str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    env_backup = {k: os.environ.pop(k) for k in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
-                  if k in os.environ}
-    try:
-        _wait_http(url + "/health", stub)
+    with latency_stub() as url:
         with tempfile.TemporaryDirectory(prefix="bench_paper_") as d:
             work = Path(d)
             (work / "data").symlink_to(REPO / "data")
@@ -119,10 +112,6 @@ def bench_paper_scale(scale: float = DEFAULT_SCALE) -> BenchResult:
                                "stub_cpu_s": after["process_cpu_s"] - before["process_cpu_s"],
                                "stub_handler_s": after["handler_s"] - before["handler_s"]}
             rows, size = _cache_size(cache)
-    finally:
-        os.killpg(stub.pid, 15)
-        stub.wait(timeout=20)
-        os.environ.update(env_backup)
     _report(res, scale, runs["cold"], runs["warm"], rows, size)
     return res
 

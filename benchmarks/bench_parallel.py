@@ -16,20 +16,18 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from _common import BenchResult, ratio, say, timer
-from bench_backends import _free_port, _wait_http
+from bench_backends import latency_stub
 
 HERE = Path(__file__).resolve().parent
 SUBJECTS = ("s1", "s2")
 METHODS = ("base", "cot", "majority_vote", "at_cot")  # subject calls only: the stub's "ok" replies suffice
 
 
-def _write_project(folder: Path, port: int, dialogues: int, concurrency: int) -> None:
+def _write_project(folder: Path, url: str, dialogues: int, concurrency: int) -> None:
     """persona_dialogues (dialogues x 2 turns) and one params file per run, each with a cache of its own."""
     from dagster_project.core.clarifymt.external import import_dataset
     from dagster_project.io.writers import write_parquet_atomic
@@ -47,7 +45,7 @@ def _write_project(folder: Path, port: int, dialogues: int, concurrency: int) ->
     import yaml
 
     for run in ("in_process", "p1", "p4"):
-        role = {"backend": "openai", "model": "latency-stub", "base_url": f"http://127.0.0.1:{port}/v1",
+        role = {"backend": "openai", "model": "latency-stub", "base_url": url + "/v1",
                 "concurrency": concurrency, "timeout_s": 60, "max_retries": 1}
         params = {"llm": {"cache_path": str(folder / f"cache_{run}.sqlite"), "roles": {"default": role},
                           "subjects": {s: {**role, "model": f"latency-stub-{s}"} for s in SUBJECTS}},
@@ -74,18 +72,13 @@ def bench_parallel(dialogues: int = 40, latency_ms: int = 100, concurrency: int 
     from dagster_project.runs.parallel import Execution, run_stage
 
     res = BenchResult("parallel")
-    port, back = _free_port(), Path.cwd()
-    server = subprocess.Popen([sys.executable, str(HERE / "latency_server.py"), str(port), str(latency_ms)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    env_backup = {k: os.environ.pop(k) for k in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
-                  if k in os.environ}
+    back = Path.cwd()
     walls: dict[str, float] = {}
     counts: dict[str, dict[str, int]] = {}
     try:
-        _wait_http(f"http://127.0.0.1:{port}/health", server)
-        with tempfile.TemporaryDirectory(prefix="bench_parallel_") as d:
+        with latency_stub(latency_ms) as url, tempfile.TemporaryDirectory(prefix="bench_parallel_") as d:
             folder = Path(d)
-            _write_project(folder, port, dialogues, concurrency)
+            _write_project(folder, url, dialogues, concurrency)
             os.chdir(folder)
             (folder / ".dagster").mkdir()
             with dg.instance_for_test(temp_dir=str(folder / ".dagster")) as instance:
@@ -123,9 +116,6 @@ def bench_parallel(dialogues: int = 40, latency_ms: int = 100, concurrency: int 
                 walls["warm"], counts["warm"] = t[0], _cache_counts(folder / f"cache_p{high}.sqlite")
     finally:
         os.chdir(back)
-        os.killpg(server.pid, 15)
-        server.wait(timeout=20)
-        os.environ.update(env_backup)
     p1, ph = counts["p1"], counts[f"p{high}"]
     res.add("partitions", len(partitions), "partitions (subject x method)", note=f"{' x '.join(METHODS)} x 2 subjects")
     res.add("llm_calls", p1["generated"], "LLM samples per run", note=f"{latency_ms} ms per reply")

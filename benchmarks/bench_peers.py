@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -121,15 +120,10 @@ def bench_peers(requests: int | None = None, ours: dict[str, Any] | None = None,
         return res
     if requests is None:
         requests = int(ours["llm_calls"]) if ours and "llm_calls" in ours else DEFAULT_REQUESTS
-    from bench_backends import _free_port, _wait_http
+    from bench_backends import latency_stub
 
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    stub = subprocess.Popen([sys.executable, str(HERE / "latency_server.py"), str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
     results, failed = {}, {}
-    try:
-        _wait_http(url + "/health", stub)
+    with latency_stub() as url:
         for peer in peers:
             say(f"peers: {peer}, {requests:,} requests, concurrency {CONCURRENCY}")
             try:
@@ -137,9 +131,6 @@ def bench_peers(requests: int | None = None, ours: dict[str, Any] | None = None,
             except (RuntimeError, OSError) as err:  # the other peers still run; the benchmark fails below
                 failed[peer] = str(err)
                 say(f"peers: {peer} FAILED: {err}")
-    finally:
-        os.killpg(stub.pid, 15)
-        stub.wait(timeout=20)
     _report(res, requests, results, ours)
     if failed:
         raise RuntimeError(f"peer(s) {sorted(failed)} failed; numbers of the others: {res.metrics}")
