@@ -49,7 +49,7 @@ DEPS_BUT_LLAMA := $(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.tom
 LLAMA_BUILD_LOG := $(VENV)/llama-cpp-python-build.log
 
 # llama-cpp-python's one-time build (both cores) runs beside the torch and dependency installs (one mostly
-# single-threaded pip each): the install from nothing took 3.0 min (2026-11-28; before, 1.8 min plus a 3.8-min
+# single-threaded pip each): the install from nothing took 2.7-3.0 min (2026-11-28; before, 1.8 min plus a 3.8-min
 # build). Its log: LLAMA_BUILD_LOG. An interrupted or failed install stops the build too. The wheel is moved into WHEELS
 # only when whole, so a killed build is redone, never half-installed. --no-cache-dir: pip's own wheel cache would
 # hand back an earlier build whatever LLAMA_CMAKE_ARGS say (WHEELS is the cache here).
