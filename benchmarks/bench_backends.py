@@ -116,7 +116,6 @@ def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
             time.sleep(0.2)
 
 
-
 @contextmanager
 def latency_stub(latency_ms: int = 0) -> Iterator[str]:
     """latency_server.py on a free loopback port, LATENCY_MS per reply, with the HTTP proxy variables unset while it
@@ -134,6 +133,7 @@ def latency_stub(latency_ms: int = 0) -> Iterator[str]:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=20)
         os.environ.update(env_backup)
+
 
 def bench_openai(n: int = 500, latency_ms: int = 100, high: int = 32) -> BenchResult:
     from dagster_project.llm.chat import ChatRequest

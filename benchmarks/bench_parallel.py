@@ -22,7 +22,6 @@ from pathlib import Path
 from _common import BenchResult, ratio, say, timer
 from bench_backends import latency_stub
 
-HERE = Path(__file__).resolve().parent
 SUBJECTS = ("s1", "s2")
 METHODS = ("base", "cot", "majority_vote", "at_cot")  # subject calls only: the stub's "ok" replies suffice
 

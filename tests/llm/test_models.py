@@ -94,9 +94,13 @@ def test_the_wheel_build_skips_llama_cpps_common_library_which_the_backend_never
     job = Job(messages=({"role": "user", "content": "Say hi."},),
               sampling={"temperature": 0.0, "top_p": 1.0, "max_tokens": 4, "seed": 0}, sample_indices=[0],
               json_schema=None)
-    [out] = backend.generate([job])
+    try:
+        [out] = backend.generate([job])
+        maps = Path("/proc/self/maps").read_text()  # while the model is loaded
+    finally:
+        for llm in backend.llms:
+            llm.close()
     assert out.error is None and out.tokens_out > 0
-    maps = Path("/proc/self/maps").read_text()
     assert re.search(r"/llama_cpp/lib/libllama\.so", maps) and "llama-common" not in maps
 
 
