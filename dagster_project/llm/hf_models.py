@@ -19,7 +19,8 @@ MODELS_DIR = ".cache/models"  # below CLARIFY_HOME, beside the LLM cache: shared
 def convert_gguf(model: str, out: Path, dtype: str = "float32") -> Path:
     """Dequantize `model` (a .gguf path or a known alias, see resolve_gguf) into the HF folder `out`, with its
     tokenizer and chat template. Written to a sibling and renamed, so a killed conversion leaves no half folder.
-    float32 for CPU training and serving (this CPU only emulates bfloat16); bfloat16 halves the size for GPUs."""
+    float32 for CPU training and serving (bfloat16 is emulated on CPUs without avx512_bf16 / AMX, and its numbers
+    differ); bfloat16 halves the size for GPUs."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 

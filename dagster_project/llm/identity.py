@@ -2,9 +2,10 @@
 
 A reply is served from the cache only to the same backend and model at the same endpoint (openai: the
 base URL, or all URLs of a pool (base_urls), one endpoint; llamacpp and vLLM from a local path: a fingerprint of the
-weights; transformers, and vLLM serving a trained model: the weights and every LoRA adapter applied to them), so a
-different server, model file or retrained adapter never receives another's replies. Roles that set the same `cache_namespace` share replies
-deliberately (e.g. one vLLM model behind two URLs). Never includes the API key or timeouts.
+weights; transformers, and vLLM serving a trained model: the weights and every LoRA adapter applied to them; with the
+`dtype` their engine_kwargs name), so a different server, model file, precision or retrained adapter never receives
+another's replies. Roles that set the same `cache_namespace` share replies deliberately (e.g. one vLLM model behind
+two URLs). Never includes the API key or timeouts.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def cache_identity(cfg: RoleConfig) -> dict[str, str]:
     if cfg.cache_namespace:
         return {"model": cfg.model, "namespace": cfg.cache_namespace}
     ident = {"backend": cfg.backend, "model": cfg.model}
+    if cfg.backend in ("transformers", "vllm") and "dtype" in cfg.engine_kwargs:  # other numbers, other replies
+        ident["dtype"] = str(cfg.engine_kwargs["dtype"])  # (absent: the default, keys as before)
     if cfg.backend == "openai":
         return ident | {"endpoint": " ".join(sorted({normalize_url(u) for u in cfg.endpoints}))}
     if cfg.backend == "llamacpp":

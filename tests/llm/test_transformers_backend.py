@@ -263,3 +263,34 @@ def test_client_sends_chunks_of_the_backend_batch_size(backend: TransformersBack
     requests = [ChatRequest(({"role": "user", "content": f"q{i}"},), Sampling(max_tokens=2)) for i in range(10)]
     results = client.chat("default", requests)
     assert sizes == [4, 4, 2] and all(r.texts == ["x"] for r in results)
+
+
+def test_greedy_and_sampled_requests_share_one_pass_with_the_replies_they_get_alone(backend: TransformersBackend,
+                                                                                    monkeypatch):
+    """Rows of one max_tokens decode together whatever their temperature (one generate() instead of one per
+    temperature), and each reply is the one the request gets on its own."""
+    jobs = [greedy("What is the capital of France?", max_tokens=4), sampled(JOKE, 2, seed=3, max_tokens=4),
+            sampled(CAPITAL, 1, seed=5, max_tokens=4, temperature=0.5)]
+    alone = [backend.generate([j])[0] for j in jobs]
+    calls = []
+    real = backend.model.generate
+    monkeypatch.setattr(backend.model, "generate", lambda **kw: calls.append(len(kw["input_ids"])) or real(**kw))
+    mixed = backend.generate(jobs)
+    assert calls == [4]  # 1 greedy row + 2 + 1 sampled rows, one batch
+    assert [o.texts for o in mixed] == [o.texts for o in alone]
+    assert [o.tokens_out for o in mixed] == [o.tokens_out for o in alone]
+
+
+def test_row_sampler_leaves_greedy_rows_and_draws_each_sampled_row_as_alone():
+    scores = torch.log_softmax(torch.randn(3, 50, generator=torch.Generator().manual_seed(2)), dim=-1)
+    mixed = row_sampler([1, 2, 3], [0.0, 1.0, 0.7], [1.0, 0.8, 1.0], "cpu")(None, scores)
+    assert torch.equal(mixed[0], scores[0])  # temperature 0: greedy decoding takes its argmax
+    assert torch.equal(mixed[1], row_sampler([2], 1.0, 0.8, "cpu")(None, scores[1:2])[0])
+    assert torch.equal(mixed[2], row_sampler([3], 0.7, 1.0, "cpu")(None, scores[2:3])[0])
+
+
+def test_a_named_dtype_enters_the_cache_key_and_the_default_keeps_the_old_key(base_dir):
+    plain = RoleConfig(backend="transformers", model=str(base_dir))
+    bf16 = RoleConfig(backend="transformers", model=str(base_dir), engine_kwargs={"dtype": "bfloat16"})
+    assert "dtype" not in cache_identity(plain)  # caches written before keep serving the default precision
+    assert cache_identity(bf16) == {**cache_identity(plain), "dtype": "bfloat16"}

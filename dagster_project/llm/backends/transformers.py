@@ -14,7 +14,8 @@ import json
 import logging
 import os
 from collections import defaultdict
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from dagster_project.config import RoleConfig
 from dagster_project.llm.backends.base import Job, JobOutput, short_error
@@ -28,7 +29,8 @@ SCHEMA_INSTRUCTION = "Reply with only a JSON object that matches this JSON schem
 
 def engine_options(kwargs: dict[str, object], cuda_available: bool) -> tuple[str, str, int]:
     """(device, dtype, batch_size) from a role's engine_kwargs: device auto picks cuda when present; dtype defaults
-    to float32 on CPU (this CPU only emulates bfloat16) and bfloat16 on CUDA."""
+    to float32 on CPU (the numbers training used, the same on every CPU; `bfloat16` is faster only on CPUs with it
+    native, avx512_bf16 / amx_bf16, and gives other replies) and bfloat16 on CUDA."""
     unknown = sorted(set(kwargs) - ENGINE_KEYS)
     if unknown:
         raise ValueError(f"engine_kwargs {unknown} are not settings of backend 'transformers' "
@@ -100,32 +102,62 @@ def row_uniforms(seeds: Any, step: int) -> Any:
     return (((bits >> 11) & ((1 << 53) - 1)).double() + 0.5) * 2.0 ** -53
 
 
-def row_sampler(seeds: list[int], temperature: float, top_p: float, device: str) -> Any:
+def row_sampler(seeds: list[int], temperature: float | Sequence[float], top_p: float | Sequence[float],
+                device: str) -> Any:
     """A logits processor that samples every row at once (inverse CDF over the temperature-scaled, top-p-truncated
-    distribution, one uniform per row) and leaves only the drawn token, so greedy decoding then takes it."""
+    distribution, one uniform per row) and leaves only the drawn token, so greedy decoding then takes it.
+
+    `temperature` and `top_p` are one value or one per row: rows at temperature 0 keep their logits (greedy), so
+    greedy and sampled requests share a batch and its decoding steps; each row's draw is the same as alone."""
     import torch
     from transformers import LogitsProcessor
+
+    n = len(seeds)
+    temps = [float(temperature)] * n if isinstance(temperature, int | float) else [float(t) for t in temperature]
+    tops = [float(top_p)] * n if isinstance(top_p, int | float) else [float(p) for p in top_p]
+    subsets: dict[tuple[float, float], list[int]] = defaultdict(list)
+    for row, (t, p) in enumerate(zip(temps, tops, strict=True)):
+        if t > 0:
+            subsets[(t, p)].append(row)
+
+    def draw(scores: torch.Tensor, seeds: torch.Tensor, step: int, t: float, p: float) -> torch.Tensor:
+        probs = torch.softmax(scores.float() / t, dim=-1)
+        order = None
+        if p < 1.0:
+            probs, order = probs.sort(dim=-1, descending=True)
+            probs = probs.masked_fill(probs.cumsum(dim=-1) - probs >= p, 0.0)  # keep the smallest set reaching top_p
+        cdf = probs.double().cumsum(dim=-1)
+        u = row_uniforms(seeds, step)[:, None] * cdf[:, -1:]
+        picks = torch.searchsorted(cdf, u).clamp(max=scores.shape[-1] - 1)  # first token whose cdf reaches u
+        if order is not None:
+            picks = order.gather(-1, picks)
+        return torch.full_like(scores, float("-inf")).scatter(-1, picks, 0.0)
 
     class RowSampler(LogitsProcessor):
         def __init__(self) -> None:
             self.seeds = torch.tensor(seeds, dtype=torch.int64, device=device)
+            self.rows = {key: torch.tensor(rows, dtype=torch.int64, device=device) for key, rows in subsets.items()}
             self.step = 0
 
         def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-            probs = torch.softmax(scores.float() / temperature, dim=-1)
-            order = None
-            if top_p < 1.0:
-                probs, order = probs.sort(dim=-1, descending=True)
-                probs = probs.masked_fill(probs.cumsum(dim=-1) - probs >= top_p, 0.0)  # keep the smallest set
-            cdf = probs.double().cumsum(dim=-1)                                          # reaching top_p
-            u = row_uniforms(self.seeds.to(scores.device), self.step)[:, None] * cdf[:, -1:]
+            out = scores
+            for (t, p), rows in self.rows.items():
+                rows = rows.to(scores.device)
+                drawn = draw(scores.index_select(0, rows), self.seeds.to(scores.device)[rows], self.step, t, p)
+                out = drawn if len(rows) == len(scores) else out.index_copy(0, rows, drawn)
             self.step += 1
-            picks = torch.searchsorted(cdf, u).clamp(max=scores.shape[-1] - 1)  # first token whose cdf reaches u
-            if order is not None:
-                picks = order.gather(-1, picks)
-            return torch.full_like(scores, float("-inf")).scatter(-1, picks, 0.0)
+            return out
 
     return RowSampler()
+
+
+class Row(NamedTuple):
+    """One decoded sequence: a job's sample (its seed) with the prompt's token ids and its sampling settings."""
+    job: int
+    seed: int
+    ids: list[int]
+    temperature: float
+    top_p: float
 
 
 def is_out_of_memory(err: BaseException) -> bool:
@@ -138,8 +170,9 @@ class TransformersBackend:
     """transformers generate() in batches of engine_kwargs.batch_size prompts (left padding, the tokenizer's chat
     template), n samples per request; greedy requests decode once and copy (samples would be identical).
 
-    The client sends batch_size requests per call (chunk_size); within a call the rows (requests x samples) are
-    sorted by prompt length, so rows of similar length share a batch. A batch that runs out of CUDA memory is split
+    The client sends batch_size requests per call (chunk_size); within a call the rows (requests x samples) of one
+    max_tokens are sorted by prompt length, so rows of similar length share a batch, greedy and sampled rows alike
+    (one pass of decoding steps instead of one per temperature: each step reads every weight, on CPU its cost). A batch that runs out of CUDA memory is split
     in half and retried, down to single rows; the smaller size is kept for later calls."""
 
     def __init__(self, cfg: RoleConfig):
@@ -157,7 +190,7 @@ class TransformersBackend:
 
     def generate(self, jobs: list[Job]) -> list[JobOutput]:
         outs = [JobOutput() for _ in jobs]
-        groups: dict[tuple[float, float, int], list[tuple[int, int, list[int]]]] = defaultdict(list)
+        groups: dict[int, list[Row]] = defaultdict(list)  # by max_tokens: greedy and sampled rows share batches
         for i, job in enumerate(jobs):
             try:
                 text = self.tok.apply_chat_template(with_schema(list(job.messages), job.json_schema),
@@ -168,18 +201,18 @@ class TransformersBackend:
                 continue
             s = job.sampling
             greedy = s["temperature"] == 0
-            key = (float(s["temperature"]), float(s["top_p"]), int(s["max_tokens"]))
             for idx in job.sample_indices[:1] if greedy else job.sample_indices:
-                groups[key].append((i, s["seed"] + idx, ids))
+                groups[int(s["max_tokens"])].append(Row(i, s["seed"] + idx, ids, float(s["temperature"]),
+                                                        float(s["top_p"])))
         replies: dict[tuple[int, int], tuple[str, bool, int, int]] = {}
-        for (temperature, top_p, max_tokens), rows in groups.items():
-            rows.sort(key=lambda r: len(r[2]))  # similar lengths share a batch: less padding
-            for batch, done in self._run_rows(rows, temperature, top_p, max_tokens):
-                for (i, seed, _), reply in zip(batch, done):
+        for max_tokens, rows in groups.items():
+            rows.sort(key=lambda r: len(r.ids))  # similar lengths share a batch: less padding
+            for batch, done in self._run_rows(rows, max_tokens):
+                for row, reply in zip(batch, done):
                     if isinstance(reply, str):
-                        outs[i] = JobOutput(error=reply)
+                        outs[row.job] = JobOutput(error=reply)
                     else:
-                        replies[(i, seed)] = reply
+                        replies[(row.job, row.seed)] = reply
         for i, job in enumerate(jobs):
             if outs[i].error:
                 continue
@@ -193,16 +226,14 @@ class TransformersBackend:
                 outs[i].tokens_out += n_out
         return outs
 
-    def _run_rows(self, rows: list[tuple[int, int, list[int]]], temperature: float, top_p: float,
-                  max_tokens: int) -> Any:
+    def _run_rows(self, rows: list[Row], max_tokens: int) -> Any:
         """Yield (batch rows, one reply or error string per row), batches of at most fit_size rows; on CUDA
         out-of-memory the batch is halved and retried (one row that still does not fit becomes an error row)."""
         start = 0
         while start < len(rows):
             batch = rows[start:start + self.fit_size]
             try:
-                done: list[Any] = self._batch([r[2] for r in batch], [r[1] for r in batch], temperature, top_p,
-                                              max_tokens)
+                done: list[Any] = self._batch(batch, max_tokens)
             except Exception as err:  # noqa: BLE001 - the batch's rows become llm_error rows
                 if is_out_of_memory(err) and len(batch) > 1:
                     self._free_memory()
@@ -225,16 +256,18 @@ class TransformersBackend:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-    def _batch(self, prompts: list[list[int]], seeds: list[int], temperature: float, top_p: float,
-               max_tokens: int) -> list[tuple[str, bool, int, int]]:
-        """One generate() call: (text, truncated, tokens in, tokens out) per prompt."""
+    def _batch(self, rows: list[Row], max_tokens: int) -> list[tuple[str, bool, int, int]]:
+        """One generate() call: (text, truncated, tokens in, tokens out) per row."""
         import torch
         from transformers import GenerationConfig, LogitsProcessorList
 
+        prompts = [r.ids for r in rows]
         enc = self.tok.pad({"input_ids": prompts}, return_tensors="pt").to(self.device)
         config = GenerationConfig(max_new_tokens=max_tokens, do_sample=False, pad_token_id=self.tok.pad_token_id,
                                   eos_token_id=sorted(self.eos))
-        processors = LogitsProcessorList([row_sampler(seeds, temperature, top_p, self.device)] if temperature else [])
+        sampler = row_sampler([r.seed for r in rows], [r.temperature for r in rows], [r.top_p for r in rows],
+                              self.device)
+        processors = LogitsProcessorList([sampler] if any(r.temperature for r in rows) else [])
         with torch.inference_mode():
             out = self.model.generate(**enc, generation_config=config, logits_processor=processors)
         new = out[:, enc["input_ids"].shape[1]:].tolist()
