@@ -26,7 +26,7 @@ SUBJECTS = ("s1", "s2")
 METHODS = ("base", "cot", "majority_vote", "at_cot")  # subject calls only: the stub's "ok" replies suffice
 
 
-def _write_project(folder: Path, url: str, dialogues: int, concurrency: int) -> None:
+def _write_project(folder: Path, url: str, dialogues: int, concurrency: int, runs: tuple[str, ...]) -> None:
     """persona_dialogues (dialogues x 2 turns) and one params file per run, each with a cache of its own."""
     from dagster_project.core.clarifymt.external import import_dataset
     from dagster_project.io.writers import write_parquet_atomic
@@ -43,7 +43,7 @@ def _write_project(folder: Path, url: str, dialogues: int, concurrency: int) -> 
                          folder / "assets/benchmark/persona_dialogues.parquet")
     import yaml
 
-    for run in ("in_process", "p1", "p4"):
+    for run in runs:
         role = {"backend": "openai", "model": "latency-stub", "base_url": url + "/v1",
                 "concurrency": concurrency, "timeout_s": 60, "max_retries": 1}
         params = {"llm": {"cache_path": str(folder / f"cache_{run}.sqlite"), "roles": {"default": role},
@@ -77,7 +77,7 @@ def bench_parallel(dialogues: int = 40, latency_ms: int = 100, concurrency: int 
     try:
         with latency_stub(latency_ms) as url, tempfile.TemporaryDirectory(prefix="bench_parallel_") as d:
             folder = Path(d)
-            _write_project(folder, url, dialogues, concurrency)
+            _write_project(folder, url, dialogues, concurrency, ("in_process", "p1", f"p{high}"))
             os.chdir(folder)
             (folder / ".dagster").mkdir()
             with dg.instance_for_test(temp_dir=str(folder / ".dagster")) as instance:
