@@ -172,8 +172,9 @@ class TransformersBackend:
 
     The client sends batch_size requests per call (chunk_size); within a call the rows (requests x samples) of one
     max_tokens are sorted by prompt length, so rows of similar length share a batch, greedy and sampled rows alike
-    (one pass of decoding steps instead of one per temperature: each step reads every weight, on CPU its cost). A batch that runs out of CUDA memory is split
-    in half and retried, down to single rows; the smaller size is kept for later calls."""
+    (one pass of decoding steps instead of one per temperature: each step reads every weight, on CPU its cost). A
+    batch that runs out of CUDA memory is split in half and retried, down to single rows; the smaller size is kept
+    for later calls."""
 
     def __init__(self, cfg: RoleConfig):
         import torch
