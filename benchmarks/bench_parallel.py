@@ -74,10 +74,11 @@ def bench_parallel(dialogues: int = 40, latency_ms: int = 100, concurrency: int 
     back = Path.cwd()
     walls: dict[str, float] = {}
     counts: dict[str, dict[str, int]] = {}
+    runs = {"in_process": 0, "p1": 1, f"p{high}": high}  # run name -> worker processes (0: in this process)
     try:
         with latency_stub(latency_ms) as url, tempfile.TemporaryDirectory(prefix="bench_parallel_") as d:
             folder = Path(d)
-            _write_project(folder, url, dialogues, concurrency, ("in_process", "p1", f"p{high}"))
+            _write_project(folder, url, dialogues, concurrency, tuple(runs))
             os.chdir(folder)
             (folder / ".dagster").mkdir()
             with dg.instance_for_test(temp_dir=str(folder / ".dagster")) as instance:
@@ -92,7 +93,7 @@ def bench_parallel(dialogues: int = 40, latency_ms: int = 100, concurrency: int 
                 # warm the fork server (one import of the project) outside the timed runs
                 run_stage(Execution(1, str(folder / "params_p1.yaml")), keys, pdef, partitions[:1], instance)
                 (folder / "cache_p1.sqlite").unlink()
-                for run, procs in (("in_process", 0), ("p1", 1), (f"p{high}", high)):
+                for run, procs in runs.items():
                     cache = folder / f"cache_{run}.sqlite"
                     before = _cache_counts(cache)
                     say(f"parallel: {run}")

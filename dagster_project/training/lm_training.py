@@ -7,8 +7,8 @@ assets/training/<name>/adapter/            peft adapter + tokenizer (PeftModel.s
                        training.json       name, kind, base_model, base_fingerprint, config, data, final_loss, ...
                        loss_curve.parquet  one row per logged step
 
-Seeded; float32 on CPU (bf16 is emulated on CPUs without avx512_bf16 / AMX), bfloat16 on CUDA. A rerun with the same config and data is
-skipped (the folder is kept and touched)."""
+Seeded; float32 on CPU (bf16 is emulated on CPUs without avx512_bf16 / AMX), bfloat16 on CUDA. A rerun with the
+same config and data is skipped (the folder is kept and touched)."""
 
 from __future__ import annotations
 

@@ -135,15 +135,16 @@ def row_sampler(seeds: list[int], temperature: float | Sequence[float], top_p: f
 
     class RowSampler(LogitsProcessor):
         def __init__(self) -> None:
-            self.seeds = torch.tensor(seeds, dtype=torch.int64, device=device)
-            self.rows = {key: torch.tensor(rows, dtype=torch.int64, device=device) for key, rows in subsets.items()}
+            # per (temperature, top_p): its rows and their seeds, made once for every decoding step
+            self.subsets = [(t, p, torch.tensor(rows, dtype=torch.int64, device=device),
+                             torch.tensor([seeds[r] for r in rows], dtype=torch.int64, device=device))
+                            for (t, p), rows in subsets.items()]
             self.step = 0
 
         def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
             out = scores
-            for (t, p), rows in self.rows.items():
-                rows = rows.to(scores.device)
-                drawn = draw(scores.index_select(0, rows), self.seeds.to(scores.device)[rows], self.step, t, p)
+            for t, p, rows, row_seeds in self.subsets:
+                drawn = draw(scores.index_select(0, rows), row_seeds, self.step, t, p)
                 out = drawn if len(rows) == len(scores) else out.index_copy(0, rows, drawn)
             self.step += 1
             return out
@@ -266,9 +267,9 @@ class TransformersBackend:
         enc = self.tok.pad({"input_ids": prompts}, return_tensors="pt").to(self.device)
         config = GenerationConfig(max_new_tokens=max_tokens, do_sample=False, pad_token_id=self.tok.pad_token_id,
                                   eos_token_id=sorted(self.eos))
-        sampler = row_sampler([r.seed for r in rows], [r.temperature for r in rows], [r.top_p for r in rows],
-                              self.device)
-        processors = LogitsProcessorList([sampler] if any(r.temperature for r in rows) else [])
+        processors = LogitsProcessorList([row_sampler([r.seed for r in rows], [r.temperature for r in rows],
+                                                      [r.top_p for r in rows], self.device)]
+                                         if any(r.temperature for r in rows) else [])
         with torch.inference_mode():
             out = self.model.generate(**enc, generation_config=config, logits_processor=processors)
         new = out[:, enc["input_ids"].shape[1]:].tolist()
