@@ -15,6 +15,7 @@ from dagster_project.llm.backends.transformers import (
     engine_options,
     load_model,
     row_sampler,
+    shared_prefixes,
     with_schema,
 )
 from dagster_project.llm.identity import cache_identity
@@ -294,3 +295,40 @@ def test_a_named_dtype_enters_the_cache_key_and_the_default_keeps_the_old_key(ba
     bf16 = RoleConfig(backend="transformers", model=str(base_dir), engine_kwargs={"dtype": "bfloat16"})
     assert "dtype" not in cache_identity(plain)  # caches written before keep serving the default precision
     assert cache_identity(bf16) == {**cache_identity(plain), "dtype": "bfloat16"}
+
+
+def test_shared_prefixes_group_the_rows_that_save_the_most_prompt_tokens():
+    catalogue = list(range(100, 300))  # 200 tokens most rows share (an intent catalogue, a system prompt)
+    prompts = [catalogue + [1, 2], list(range(100, 190)) + [7, 7, 7], catalogue + [3], catalogue + [4, 5, 6],
+               [9] * 150]
+    groups = shared_prefixes(prompts)
+    assert groups is not None
+    assert sorted((sorted(rows), p) for rows, p in groups) == [([0, 2, 3], 200), ([1], 92), ([4], 149)]
+    # the row sharing only 90 tokens is not merged in (that would cut the three rows' prefix to 90)
+    assert all(p < len(prompts[r]) for rows, p in groups for r in rows)  # every row keeps a token of its own
+    samples = shared_prefixes([catalogue] * 3)  # the samples of one request: one prefix, one token each left
+    assert samples == [([0, 1, 2], 199)]
+    assert shared_prefixes([list(range(50)) + [i] for i in range(4)]) is None  # under 64 shared tokens
+    assert shared_prefixes([catalogue + [1], catalogue + [2], *[[5 + i] * 900 for i in range(4)]]) is None  # < 1/3
+
+
+def test_rows_sharing_a_long_prefix_get_the_replies_they_get_alone(backend: TransformersBackend, monkeypatch):
+    """A long shared system prompt is computed once and copied to its rows (mid-padded, positions from the mask):
+    greedy replies are those each request gets alone, whatever its own suffix's length."""
+    system = {"role": "system", "content": "You help customers of an online bookshop. " + " ".join(
+        f"Rule {i}: answer politely, mention the order number when there is one, and never invent prices."
+        for i in range(8))}
+    questions = ["Where is my order?", "Can I return a book I bought last week, and how long does the refund take?",
+                 "Hi"]
+    jobs = [Job((system, {"role": "user", "content": q}), {"temperature": 0.0, "top_p": 1.0, "max_tokens": 5,
+                                                            "seed": 0}, [0], None) for q in questions]
+    jobs.append(greedy("What is the capital of France?", max_tokens=5))  # shares nothing: a group of its own
+    alone = [backend.generate([j])[0] for j in jobs]
+    groups = []
+    real = backend._with_prefixes
+    monkeypatch.setattr(backend, "_with_prefixes",
+                        lambda prompts, g: groups.append(sorted((len(rows), p) for rows, p in g)) or real(prompts, g))
+    shared = backend.generate(jobs)
+    assert len(groups) == 1 and [n for n, _ in groups[0]] == [1, 3] and groups[0][1][1] > 150  # one batch of 4
+    assert [o.texts for o in shared] == [o.texts for o in alone] and all(o.texts[0] for o in shared)
+    assert [(o.tokens_in, o.tokens_out) for o in shared] == [(o.tokens_in, o.tokens_out) for o in alone]

@@ -2,9 +2,10 @@
 (`training/<name>`: base + LoRA adapters merged, or its merged `model/`) with batched generation, on CPU or CUDA.
 
 Sampling is batched on the device: each row draws its token by inverse CDF from one uniform, a counter-based hash
-of (request seed + sample index, step), so a reply does not depend on which other requests share its batch (the
-cache stays reproducible) and no Python loop runs per row. A batch that runs out of CUDA memory is halved and
-retried. JSON schemas are not enforced (no constrained-decoding library is installed): the schema is appended to
+of (request seed + sample index, step), so a row's draws do not depend on which other requests share its batch
+and no Python loop runs per row. A prompt prefix several rows share is computed once (as in the llama.cpp
+backend's prefix reuse, that can change a sampled reply's last bits). A batch that runs out of CUDA memory is
+halved and retried. JSON schemas are not enforced (no constrained-decoding library is installed): the schema is appended to
 the last user message and the task layer parses the reply, marking it parse_error when it is not valid JSON.
 """
 
@@ -161,6 +162,44 @@ class Row(NamedTuple):
     top_p: float
 
 
+MIN_SHARED_PREFIX = 64  # tokens: rows sharing fewer are prefilled together as usual
+
+
+def _common_length(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def shared_prefixes(prompts: list[list[int]], min_shared: int = MIN_SHARED_PREFIX
+                    ) -> list[tuple[list[int], int]] | None:
+    """Groups of rows (indices into `prompts`) with the prefix length each group computes once, every row keeping
+    at least one token of its own; None when that saves under a third of the batch's prompt tokens (then one batched
+    prefill is as cheap). Sorted prompts put shared prefixes side by side; the grouping cuts that order where
+    neighbours share fewer than t tokens, for the t that saves the most tokens ((rows - 1) x prefix per group)."""
+    order = sorted(range(len(prompts)), key=lambda i: prompts[i])
+    lcps = [_common_length(prompts[a], prompts[b]) for a, b in zip(order, order[1:])]
+    best: list[tuple[list[int], int]] = []
+    best_saved = 0
+    for t in sorted({n for n in lcps if n >= min_shared}):
+        groups: list[tuple[list[int], int]] = [([order[0]], len(prompts[order[0]]))]
+        for row, n in zip(order[1:], lcps):
+            if n >= t:
+                rows, shared = groups[-1]
+                groups[-1] = ([*rows, row], min(shared, n))
+            else:
+                groups.append(([row], len(prompts[row])))
+        saved = sum((len(rows) - 1) * shared for rows, shared in groups)
+        if saved > best_saved:
+            best, best_saved = groups, saved
+    if 3 * best_saved < sum(len(p) for p in prompts):
+        return None
+    return [(rows, min(shared, *(len(prompts[r]) - 1 for r in rows))) for rows, shared in best]
+
+
 def is_out_of_memory(err: BaseException) -> bool:
     import torch
 
@@ -173,7 +212,8 @@ class TransformersBackend:
 
     The client sends batch_size requests per call (chunk_size); within a call the rows (requests x samples) of one
     max_tokens are sorted by prompt length, so rows of similar length share a batch, greedy and sampled rows alike
-    (one pass of decoding steps instead of one per temperature: each step reads every weight, on CPU its cost). A
+    (one pass of decoding steps instead of one per temperature: each step reads every weight, on CPU its cost).
+    Rows that share a long prompt prefix (a catalogue, a system prompt) have it computed once (`shared_prefixes`). A
     batch that runs out of CUDA memory is split in half and retried, down to single rows; the smaller size is kept
     for later calls."""
 
@@ -264,7 +304,9 @@ class TransformersBackend:
         from transformers import GenerationConfig, LogitsProcessorList
 
         prompts = [r.ids for r in rows]
-        enc = self.tok.pad({"input_ids": prompts}, return_tensors="pt").to(self.device)
+        groups = shared_prefixes(prompts) if len(rows) > 1 else None
+        enc = self._with_prefixes(prompts, groups) if groups else \
+            self.tok.pad({"input_ids": prompts}, return_tensors="pt").to(self.device)
         config = GenerationConfig(max_new_tokens=max_tokens, do_sample=False, pad_token_id=self.tok.pad_token_id,
                                   eos_token_id=sorted(self.eos))
         processors = LogitsProcessorList([row_sampler([r.seed for r in rows], [r.temperature for r in rows],
@@ -280,3 +322,41 @@ class TransformersBackend:
             results.append((self.tok.decode(kept, skip_special_tokens=True), end is None and len(tokens) >= max_tokens,
                             len(prompt), len(kept) + (end is not None)))
         return results
+
+    def _with_prefixes(self, prompts: list[list[int]], groups: list[tuple[list[int], int]]) -> dict[str, Any]:
+        """generate() inputs whose first P columns are already in a KV cache: each group's prefix computed once
+        (batch of one) and copied to its rows, right-aligned at P; the rest of each prompt right-aligned after it.
+        Padding on both sides is masked, and positions follow the mask, so a row sees the positions it has alone."""
+        import torch
+        from transformers import DynamicCache
+
+        width = max(p for _, p in groups)
+        rest = max(len(prompts[r]) - p for rows, p in groups for r in rows)
+        ids = torch.full((len(prompts), width + rest), self.tok.pad_token_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        keys: list[Any] = []
+        values: list[Any] = []
+        with torch.inference_mode():
+            for rows, p in groups:
+                cache = self.model(input_ids=torch.tensor([prompts[rows[0]][:p]], device=self.device),
+                                   use_cache=True).cache
+                if not keys:
+                    for layer in cache.layers:  # (rows, heads, width, head dim), zeros where masked
+                        keys.append(layer.keys.new_zeros((len(prompts), layer.keys.shape[1], width,
+                                                          layer.keys.shape[-1])))
+                        values.append(layer.values.new_zeros((len(prompts), layer.values.shape[1], width,
+                                                              layer.values.shape[-1])))
+                at = torch.tensor(rows, device=self.device)
+                for k, v, layer in zip(keys, values, cache.layers, strict=True):
+                    k[at, :, width - p:] = layer.keys
+                    v[at, :, width - p:] = layer.values
+                for r in rows:
+                    own = len(prompts[r]) - p
+                    ids[r, width - p:width] = torch.tensor(prompts[r][:p])
+                    ids[r, width + rest - own:] = torch.tensor(prompts[r][p:])
+                    mask[r, width - p:width] = 1
+                    mask[r, width + rest - own:] = 1
+        batch_cache = DynamicCache()
+        for i, (k, v) in enumerate(zip(keys, values, strict=True)):
+            batch_cache.update(k, v, i)
+        return {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device), "cache": batch_cache}
