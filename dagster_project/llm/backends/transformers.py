@@ -327,9 +327,13 @@ class TransformersBackend:
         """generate() inputs whose first P columns are already in a KV cache: each group's prefix computed once
         (batch of one) and copied to its rows, right-aligned at P; the rest of each prompt right-aligned after it.
         Padding on both sides is masked, and positions follow the mask, so a row sees the positions it has alone."""
+        import inspect
+
         import torch
         from transformers import DynamicCache
 
+        # transformers 5.24 names the KV cache argument and output `cache`; earlier 5.x `past_key_values`
+        name = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         width = max(p for _, p in groups)
         rest = max(len(prompts[r]) - p for rows, p in groups for r in rows)
         ids = torch.full((len(prompts), width + rest), self.tok.pad_token_id, dtype=torch.long)
@@ -338,8 +342,8 @@ class TransformersBackend:
         values: list[Any] = []
         with torch.inference_mode():
             for rows, p in groups:
-                cache = self.model(input_ids=torch.tensor([prompts[rows[0]][:p]], device=self.device),
-                                   use_cache=True).cache
+                cache = getattr(self.model(input_ids=torch.tensor([prompts[rows[0]][:p]], device=self.device),
+                                           use_cache=True), name)
                 if not keys:
                     for layer in cache.layers:  # (rows, heads, width, head dim), zeros where masked
                         keys.append(layer.keys.new_zeros((len(prompts), layer.keys.shape[1], width,
@@ -359,4 +363,4 @@ class TransformersBackend:
         batch_cache = DynamicCache()
         for i, (k, v) in enumerate(zip(keys, values, strict=True)):
             batch_cache.update(k, v, i)
-        return {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device), "cache": batch_cache}
+        return {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device), name: batch_cache}
