@@ -14,6 +14,7 @@ from dagster_project.llm.backends.transformers import (
     TransformersBackend,
     engine_options,
     load_model,
+    plain_kv,
     row_sampler,
     shared_prefixes,
     with_schema,
@@ -332,3 +333,21 @@ def test_rows_sharing_a_long_prefix_get_the_replies_they_get_alone(backend: Tran
     assert len(groups) == 1 and [n for n, _ in groups[0]] == [1, 3] and groups[0][1][1] > 150  # one batch of 4
     assert [o.texts for o in shared] == [o.texts for o in alone] and all(o.texts[0] for o in shared)
     assert [(o.tokens_in, o.tokens_out) for o in shared] == [(o.tokens_in, o.tokens_out) for o in alone]
+
+
+def test_only_a_plain_per_layer_cache_is_shared_and_other_models_prefill_as_usual(backend: TransformersBackend,
+                                                                                   monkeypatch):
+    from transformers import DynamicCache, LlamaConfig, MistralConfig
+
+    assert plain_kv(DynamicCache(config=LlamaConfig(num_hidden_layers=2)))
+    assert not plain_kv(DynamicCache(config=MistralConfig(sliding_window=16, num_hidden_layers=2)))
+    system = {"role": "system", "content": "Answer in one word. " * 40}
+    jobs = [Job((system, {"role": "user", "content": q}), {"temperature": 0.0, "top_p": 1.0, "max_tokens": 3,
+                                                            "seed": 0}, [0], None) for q in ("Red?", "Blue sky?")]
+    alone = [backend.generate([j])[0] for j in jobs]
+    pads = []
+    real_pad = backend.tok.pad
+    monkeypatch.setattr(backend.tok, "pad", lambda *a, **kw: pads.append(1) or real_pad(*a, **kw))
+    assert [o.texts for o in backend.generate(jobs)] == [o.texts for o in alone] and pads == []  # prefix shared
+    monkeypatch.setattr("dagster_project.llm.backends.transformers.plain_kv", lambda cache: False)
+    assert [o.texts for o in backend.generate(jobs)] == [o.texts for o in alone] and pads == [1]  # usual prefill

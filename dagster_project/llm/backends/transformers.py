@@ -5,8 +5,9 @@ Sampling is batched on the device: each row draws its token by inverse CDF from 
 of (request seed + sample index, step), so a row's draws do not depend on which other requests share its batch
 and no Python loop runs per row. A prompt prefix several rows share is computed once (as in the llama.cpp
 backend's prefix reuse, that can change a sampled reply's last bits). A batch that runs out of CUDA memory is
-halved and retried. JSON schemas are not enforced (no constrained-decoding library is installed): the schema is appended to
-the last user message and the task layer parses the reply, marking it parse_error when it is not valid JSON.
+halved and retried. JSON schemas are not enforced (no constrained-decoding library is installed): the schema is
+appended to the last user message and the task layer parses the reply, marking it parse_error when it is not valid
+JSON.
 """
 
 from __future__ import annotations
@@ -200,6 +201,14 @@ def shared_prefixes(prompts: list[list[int]], min_shared: int = MIN_SHARED_PREFI
     return [(rows, min(shared, *(len(prompts[r]) - 1 for r in rows))) for rows, shared in best]
 
 
+def plain_kv(cache: Any) -> bool:
+    """True when every layer of a transformers cache is a full-attention DynamicLayer, the one kind whose keys and
+    values `_with_prefixes` copies into a batch's cache."""
+    from transformers.cache_utils import DynamicLayer
+
+    return all(type(layer) is DynamicLayer for layer in cache.layers)
+
+
 def is_out_of_memory(err: BaseException) -> bool:
     import torch
 
@@ -305,7 +314,7 @@ class TransformersBackend:
 
         prompts = [r.ids for r in rows]
         groups = shared_prefixes(prompts) if len(rows) > 1 else None
-        enc = self._with_prefixes(prompts, groups) if groups else \
+        enc = (self._with_prefixes(prompts, groups) if groups else None) or \
             self.tok.pad({"input_ids": prompts}, return_tensors="pt").to(self.device)
         config = GenerationConfig(max_new_tokens=max_tokens, do_sample=False, pad_token_id=self.tok.pad_token_id,
                                   eos_token_id=sorted(self.eos))
@@ -323,10 +332,12 @@ class TransformersBackend:
                             len(prompt), len(kept) + (end is not None)))
         return results
 
-    def _with_prefixes(self, prompts: list[list[int]], groups: list[tuple[list[int], int]]) -> dict[str, Any]:
+    def _with_prefixes(self, prompts: list[list[int]], groups: list[tuple[list[int], int]]
+                       ) -> dict[str, Any] | None:
         """generate() inputs whose first P columns are already in a KV cache: each group's prefix computed once
         (batch of one) and copied to its rows, right-aligned at P; the rest of each prompt right-aligned after it.
-        Padding on both sides is masked, and positions follow the mask, so a row sees the positions it has alone."""
+        Padding on both sides is masked, and positions follow the mask, so a row sees the positions it has alone.
+        None for a model whose cache is not plain keys and values per layer (sliding window, hybrid)."""
         import inspect
 
         import torch
@@ -342,8 +353,12 @@ class TransformersBackend:
         values: list[Any] = []
         with torch.inference_mode():
             for rows, p in groups:
+                if not p:  # a one-token prompt alone: all of it after the cached columns
+                    continue
                 cache = getattr(self.model(input_ids=torch.tensor([prompts[rows[0]][:p]], device=self.device),
                                            use_cache=True), name)
+                if not plain_kv(cache):
+                    return None
                 if not keys:
                     for layer in cache.layers:  # (rows, heads, width, head dim), zeros where masked
                         keys.append(layer.keys.new_zeros((len(prompts), layer.keys.shape[1], width,
