@@ -10,7 +10,14 @@ from pathlib import Path
 
 import duckdb
 import polars as pl
-from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_random_exponential
+from tenacity import (
+    retry,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_random_exponential,
+)
 
 from dagster_project.config.sql import SqlConfig
 from dagster_project.lib.warehouse import ASSETS_DIR, WAREHOUSE
@@ -65,6 +72,22 @@ def query_only(sql: str) -> str:
     return sql
 
 
+# a partition rewritten (renamed into place) while DuckDB reads it can read as corrupt Parquet, its metadata taken
+# from one file and its pages from the other (seen once in 30 s of two writers and a reader, 2026-11-28); the query
+# is read-only, so it runs again and sees one version of each file
+REWRITTEN_MIDREAD = ("TProtocolException", "No magic bytes found", "too small to be a Parquet file")
+
+
+def _rewritten_midread(err: BaseException) -> bool:
+    return isinstance(err, duckdb.Error) and any(s in str(err) for s in REWRITTEN_MIDREAD)
+
+
+@retry(retry=retry_if_exception(_rewritten_midread), stop=stop_after_attempt(5),
+       wait=wait_random_exponential(multiplier=0.05, max=0.5), reraise=True)
+def _fetch(con: duckdb.DuckDBPyConnection, sql: str) -> pl.DataFrame:
+    return con.sql(sql).pl()
+
+
 class SqlBoundError(RuntimeError):
     """The query ran past a bound of `sql:` (time or memory) and was stopped."""
 
@@ -84,7 +107,7 @@ def run_query(query: str, db: str | Path, bounds: SqlConfig) -> pl.DataFrame:
         timer.daemon = True
         timer.start()
         try:
-            return con.sql(sql).pl()
+            return _fetch(con, sql)
         except duckdb.InterruptException:
             if not fired.is_set():
                 raise
