@@ -19,6 +19,7 @@ from dagster_project.config.sql import SqlConfig
 from dagster_project.runs.group_runs import LOG_LEVELS, group_stages, materialize_group  # noqa: F401 (API)
 from dagster_project.runs.parallel import Execution
 from dagster_project.runs.plan import plan_group
+from dagster_project.runs.process_exit import exit_without_teardown
 from dagster_project.runs.log_days import sync_log_days
 from dagster_project.runs.preflight import cache_problem, input_paths, input_problems, role_check
 from dagster_project.runs.instance import (
@@ -428,30 +429,13 @@ def plan(group: str, params: str = typer.Option("params.yaml", help="params file
 
 
 def main() -> None:
-    """The `clarify` console script: the typer app, then, once the command is done, stdout / stderr flushed, no other
-    thread or child process left, an exit without the interpreter's teardown (freeing the torch, Great Expectations
-    and Dagster modules: 1.4-1.5 s per command here, 2026-11-28, paid by every `dvc repro` stage)."""
+    """The `clarify` console script: the typer app, then an exit without the interpreter's teardown."""
     try:
         app()
         code: object = 0
     except SystemExit as done:
         code = done.code
-    import logging
-    import multiprocessing
-    import sys
-    import threading
-
-    if any(not t.daemon for t in threading.enumerate() if t is not threading.main_thread()) \
-            or multiprocessing.active_children():
-        sys.exit(code)  # let the interpreter wait for them, as it would without this function
-    logging.shutdown()
-    if not isinstance(code, int):  # sys.exit("message") prints the message and exits 1
-        if code is not None:
-            print(code, file=sys.stderr)
-        code = 0 if code is None else 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_without_teardown(code)
 
 
 if __name__ == "__main__":

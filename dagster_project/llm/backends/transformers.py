@@ -12,6 +12,7 @@ JSON.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -166,15 +167,6 @@ class Row(NamedTuple):
 MIN_SHARED_PREFIX = 64  # tokens: rows sharing fewer are prefilled together as usual
 
 
-def _common_length(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def shared_prefixes(prompts: list[list[int]], min_shared: int = MIN_SHARED_PREFIX
                     ) -> list[tuple[list[int], int]] | None:
     """Groups of rows (indices into `prompts`) with the prefix length each group computes once, every row keeping
@@ -182,7 +174,7 @@ def shared_prefixes(prompts: list[list[int]], min_shared: int = MIN_SHARED_PREFI
     prefill is as cheap). Sorted prompts put shared prefixes side by side; the grouping cuts that order where
     neighbours share fewer than t tokens, for the t that saves the most tokens ((rows - 1) x prefix per group)."""
     order = sorted(range(len(prompts)), key=lambda i: prompts[i])
-    lcps = [_common_length(prompts[a], prompts[b]) for a, b in zip(order, order[1:])]
+    lcps = [len(os.path.commonprefix([prompts[a], prompts[b]])) for a, b in zip(order, order[1:])]
     best: list[tuple[list[int], int]] = []
     best_saved = 0
     for t in sorted({n for n in lcps if n >= min_shared}):
@@ -236,6 +228,8 @@ class TransformersBackend:
             torch.set_num_threads(cfg.n_threads)
         self.device = device
         self.model, self.tok = load_model(served_model(cfg.model), device, dtype)
+        # the KV cache's argument and output name: `cache` from transformers 5.24, `past_key_values` before
+        self.cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         eos = self.model.generation_config.eos_token_id
         self.eos = set(eos if isinstance(eos, list) else [eos if eos is not None else self.tok.eos_token_id])
 
@@ -338,13 +332,10 @@ class TransformersBackend:
         (batch of one) and copied to its rows, right-aligned at P; the rest of each prompt right-aligned after it.
         Padding on both sides is masked, and positions follow the mask, so a row sees the positions it has alone.
         None for a model whose cache is not plain keys and values per layer (sliding window, hybrid)."""
-        import inspect
-
         import torch
         from transformers import DynamicCache
 
-        # transformers 5.24 names the KV cache argument and output `cache`; earlier 5.x `past_key_values`
-        name = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        name = self.cache_arg
         width = max(p for _, p in groups)
         rest = max(len(prompts[r]) - p for rows, p in groups for r in rows)
         ids = torch.full((len(prompts), width + rest), self.tok.pad_token_id, dtype=torch.long)
