@@ -21,9 +21,10 @@ TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}(\.[A-Za-z0-9]+)+$")
 
 
 @contextmanager
-def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
-    """A temp path beside `path` (same filesystem), renamed onto it when the block ends without error, removed
-    otherwise. Its name, '.<name>.<random><suffix>.tmp', matches no reader's glob ('*.parquet', '*.csv')."""
+def staged_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
+    """A temp path beside `path` (same filesystem), fsynced and kept when the block ends without error (the caller
+    renames it into place: lib/warehouse.publish), removed otherwise. Its name, '.<name>.<random><suffix>.tmp',
+    matches no reader's glob ('*.parquet', '*.csv')."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix + TEMP_SUFFIX, dir=target.parent)
@@ -35,10 +36,20 @@ def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
         yield Path(tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
+    """A temp path (staged_path) renamed onto `path` when the block ends without error, removed otherwise."""
+    with staged_path(path, suffix) as tmp:
+        yield tmp
+    try:
+        os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
 
 
 def is_temp_file(path: Path) -> bool:

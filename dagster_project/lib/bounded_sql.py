@@ -72,9 +72,9 @@ def query_only(sql: str) -> str:
     return sql
 
 
-# a partition rewritten (renamed into place) while DuckDB reads it can read as corrupt Parquet, its metadata taken
-# from one file and its pages from the other (seen once in 30 s of two writers and a reader, 2026-11-28); the query
-# is read-only, so it runs again and sees one version of each file
+# a Parquet file replaced while DuckDB reads it can read as corrupt, its metadata taken from one version and its pages
+# from the other; the project's writers rename only under the warehouse's write lock (lib/warehouse.publish), which
+# this query's read-only connection excludes, but another tool (`dvc checkout`) may not: the query runs again
 REWRITTEN_MIDREAD = ("TProtocolException", "No magic bytes found", "too small to be a Parquet file")
 
 

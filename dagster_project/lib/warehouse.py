@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from pathlib import Path
 
 import dagster as dg
@@ -22,7 +23,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from dagster_project.io.writers import atomic_path, remove_temp_leftovers, write_parquet_atomic
+from dagster_project.io.writers import remove_temp_leftovers, staged_path, write_parquet_atomic
 from dagster_project.lib.catalog import PREVIEW_MAX_ROWS, table_metadata
 
 ASSETS_DIR = "assets"
@@ -198,10 +199,37 @@ def _view_source(path: Path | list[Path]) -> str:
     return f"read_parquet({_sql_str(target)})"
 
 
-# another process holds the file for the few milliseconds of its own update (partition runs in parallel): retry
-# soon, with jitter so the waiters do not collide again in step
-@retry(retry=retry_if_exception_type(duckdb.IOException), stop=stop_after_delay(60),
-       wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
+# another process holds the file for the few milliseconds of its own update (partition runs in parallel), or a
+# `clarify sql` query holds it for the query's time: retry soon, with jitter so the waiters do not collide in step
+_wait_for_lock = retry(retry=retry_if_exception_type(duckdb.IOException), stop=stop_after_delay(60),
+                       wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
+_open_writable_waiting = _wait_for_lock(open_writable)
+_drop_newer_format_waiting = _wait_for_lock(drop_newer_format)
+
+
+def publish(db_path: str | Path, staged: dict[Path, Path], views: dict[str, Path | list[Path]]) -> None:
+    """Rename each staged temp file onto its target ({temp: target}) and CREATE OR REPLACE the views, all while
+    holding the warehouse's write lock. A `clarify sql` query holds the read lock for its whole run, and DuckDB opens
+    a Parquet file twice per query (its metadata when binding, its pages when scanning): a file replaced in between
+    would be read half old, half new. The staged files are removed when the lock cannot be had."""
+    try:
+        if _drop_newer_format_waiting(db_path):
+            views = {**_assets_on_disk(Path(db_path).parent), **views}
+        con = _open_writable_waiting(db_path)
+    except BaseException:
+        for tmp in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    with con:
+        for tmp, target in staged.items():
+            os.replace(tmp, target)
+        for qualified, path in views.items():
+            schema, name = qualified.split(".", 1)
+            source = _view_source(path if isinstance(path, list) else Path(path))
+            con.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            con.execute(f"CREATE OR REPLACE VIEW \"{schema}\".\"{name}\" AS SELECT * FROM {source}")
+
+
 def register_views(db_path: str | Path, views: dict[str, Path | list[Path]]) -> None:
     """CREATE OR REPLACE VIEW schema.name over each Parquet path, stored absolute so any client opens the file
     from any working directory (after moving the project, `clarify views` records the new paths).
@@ -210,14 +238,7 @@ def register_views(db_path: str | Path, views: dict[str, Path | list[Path]]) -> 
     matched by column name, with the hive folder names as string columns, so `<group>.<asset>` shows all
     partitions' rows; a list of files (rebuild_views, when a folder holds unreadable ones) is a view over those.
     """
-    if drop_newer_format(db_path):
-        views = {**_assets_on_disk(Path(db_path).parent), **views}
-    with open_writable(db_path) as con:
-        for qualified, path in views.items():
-            schema, name = qualified.split(".", 1)
-            source = _view_source(path if isinstance(path, list) else Path(path))
-            con.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-            con.execute(f"CREATE OR REPLACE VIEW \"{schema}\".\"{name}\" AS SELECT * FROM {source}")
+    publish(db_path, {}, views)
 
 
 def _assets_on_disk(base: Path) -> dict[str, Path]:
@@ -277,26 +298,25 @@ def prune_stale(group: str, since: float, base: str | Path = ASSETS_DIR, db_path
     if not folder.is_dir():
         return []
     stale = sorted(p for p in folder.rglob("*") if (p.is_file() or p.is_symlink()) and p.lstat().st_mtime < since)
-    for path in stale:
-        path.unlink()
-    for sub in sorted((d for d in folder.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True):
-        if not any(sub.iterdir()):
-            sub.rmdir()
-    if stale and Path(db_path).exists():
-        _drop_orphan_views(db_path, group, base)
+    # under the write lock, like publish: a `clarify sql` query never loses a file between binding and scanning
+    with _open_writable_waiting(db_path) if stale and Path(db_path).exists() else nullcontext() as con:
+        for path in stale:
+            path.unlink()
+        for sub in sorted((d for d in folder.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True):
+            if not any(sub.iterdir()):
+                sub.rmdir()
+        if con is not None:
+            _drop_orphan_views(con, group, base)
     return stale
 
 
-@retry(retry=retry_if_exception_type(duckdb.IOException), stop=stop_after_delay(60),
-       wait=wait_random_exponential(multiplier=0.05, max=2), reraise=True)
-def _drop_orphan_views(db_path: str | Path, group: str, base: str | Path) -> None:
+def _drop_orphan_views(con: duckdb.DuckDBPyConnection, group: str, base: str | Path) -> None:
     """Drop the views of ``group`` whose Parquet file or partition folder is gone."""
-    with open_writable(db_path) as con:
-        names = [r[0] for r in con.execute("select view_name from duckdb_views() where schema_name = ? "
-                                           "and not internal", [group]).fetchall()]
-        for name in names:
-            if not asset_path(base, group, name).exists() and not partition_files(base, group, name):
-                con.execute(f'DROP VIEW "{group}"."{name}"')
+    names = [r[0] for r in con.execute("select view_name from duckdb_views() where schema_name = ? "
+                                       "and not internal", [group]).fetchall()]
+    for name in names:
+        if not asset_path(base, group, name).exists() and not partition_files(base, group, name):
+            con.execute(f'DROP VIEW "{group}"."{name}"')
 
 
 def read_if_small(path: Path) -> pl.DataFrame:
@@ -314,22 +334,42 @@ def read_row_groups(path: Path) -> Iterator[pl.DataFrame]:
         yield pl.from_arrow(pf.read_row_group(i))
 
 
-def store_partition(part: pl.DataFrame | Path, path: Path, values: dict[str, str], where: str) -> int:
-    """Write one partition atomically: a frame, or a staged Parquet file moved into place (copied into a temp file
-    beside the target when it is on another filesystem; rewritten when hive partition columns must be stripped).
-    Returns its row count."""
+def stage_partition(part: pl.DataFrame | Path, path: Path, values: dict[str, str], where: str) -> tuple[Path, int]:
+    """Write one partition to a temp file beside ``path`` for publish to rename into place: a frame, or a staged
+    Parquet file moved there (copied when it is on another filesystem; rewritten when hive partition columns must be
+    stripped). Returns (the temp file, its row count)."""
     if isinstance(part, pl.DataFrame):
-        write_parquet_atomic(strip_partition_columns(part, values, where), path)
-        return part.height
-    rows = pq.ParquetFile(part).metadata.num_rows
-    if values:
-        write_parquet_atomic(strip_partition_columns(pl.read_parquet(part), values, where), path)
-        return rows
-    with atomic_path(path, ".parquet") as tmp:
-        try:
-            os.replace(part, tmp)
-        except OSError:  # another filesystem
-            shutil.copyfile(part, tmp)
+        rows, frame = part.height, strip_partition_columns(part, values, where)
+    else:
+        rows = pq.ParquetFile(part).metadata.num_rows
+        frame = strip_partition_columns(pl.read_parquet(part), values, where) if values else None
+    with staged_path(path, ".parquet") as tmp:
+        if frame is not None:
+            frame.write_parquet(tmp)
+        else:
+            try:
+                os.replace(part, tmp)
+            except OSError:  # another filesystem
+                shutil.copyfile(part, tmp)
+    return tmp, rows
+
+
+def store_partitions(db_path: str | Path, view: str, folder: Path, parts: dict[Path, pl.DataFrame | Path],
+                     where: str) -> int:
+    """Write the partitions ({target path: frame or staged Parquet file}) of the asset whose view is ``view`` over
+    ``folder``, then publish them and the view at once. Returns the rows written."""
+    staged: dict[Path, Path] = {}
+    rows = 0
+    try:
+        for path, part in parts.items():
+            tmp, n = stage_partition(part, path, partition_values(folder, path), where)
+            staged[tmp] = path
+            rows += n
+    except BaseException:
+        for tmp in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    publish(db_path, staged, {view: folder})
     return rows
 
 
@@ -369,12 +409,10 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             parts = self._by_partition(context, obj)
             folder = partition_dir(self.base_dir, *context.asset_key.path)
             migrate_legacy_partitions(folder)
-            paths, rows = [], 0
-            for key, part in parts.items():
-                path = partition_path(self.base_dir, *context.asset_key.path, self._key(context, key))
-                rows += store_partition(part, path, partition_values(folder, path), name)
-                paths.append(path)
-            register_views(self.db_path, {view: folder})
+            by_path = {partition_path(self.base_dir, *context.asset_key.path, self._key(context, key)): part
+                       for key, part in parts.items()}
+            rows = store_partitions(self.db_path, view, folder, by_path, name)
+            paths = list(by_path)
             keys = [str(k) for k in parts]
             first = next(iter(parts.values()))
             meta = table_metadata(first if isinstance(first, pl.DataFrame) else read_if_small(paths[0]), name)
@@ -389,8 +427,9 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
         if not isinstance(obj, pl.DataFrame):
             raise TypeError(f"{name}: assets must return a polars DataFrame")
         path = self._path(context.asset_key)
-        write_parquet_atomic(obj, path)
-        register_views(self.db_path, {view: path})
+        with staged_path(path, ".parquet") as tmp:
+            obj.write_parquet(tmp)
+        publish(self.db_path, {tmp: path}, {view: path})
         context.add_output_metadata({**table_metadata(obj, context.asset_key.to_user_string()),
                                      "path": str(path), "view": view})
 
