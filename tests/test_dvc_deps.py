@@ -4,6 +4,7 @@ editing one prompt file changes only the stages whose assets use it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +84,12 @@ def test_headline_stage_depends_on_the_package_and_every_group_it_reads():
     assert "dagster_project" in HEADLINE_STAGE["deps"]
     assert sorted(d for d in HEADLINE_STAGE["deps"] if d.startswith("assets/")) == sorted(
         f"assets/{g}" for g in SOURCE_GROUPS)
+
+
+def test_bytecode_beside_the_code_is_not_a_change_of_the_deps():
+    """Python writes __pycache__/ into the package folders the stages depend on (unless PYTHONDONTWRITEBYTECODE is
+    set): DVC must not see it, or a second `dvc repro` reruns every stage whose modules a later stage compiled."""
+    pyc = "dagster_project/lib/__pycache__/warehouse.cpython-311.pyc"
+    r = subprocess.run([sys.executable, "-m", "dvc", "check-ignore", pyc, "dagster_project/lib/warehouse.py"],
+                       cwd=REPO, capture_output=True, text=True, timeout=120, env={**os.environ, "DVC_NO_ANALYTICS": "1"})
+    assert r.stdout.split() == [pyc], r.stdout + r.stderr
