@@ -3,9 +3,12 @@ transformers / vLLM backends. Converted once (dequantized by transformers, no ne
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from dagster_project.config.home import home_path
@@ -14,6 +17,22 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 MODELS_DIR = ".cache/models"  # below CLARIFY_HOME, beside the LLM cache: shared by DVC experiment workspaces
+
+
+@contextmanager
+def gguf_parsed_once() -> Iterator[None]:
+    """While a conversion runs, gguf's file parser and tensor-name map are memoized: transformers parses the GGUF
+    once for the tokenizer, once for the config and once for the weights (the 49k-token vocabulary each time), and
+    builds the name map once per module (397 times for SmolLM2). Both depend only on their arguments."""
+    import gguf
+
+    saved = gguf.GGUFReader, gguf.get_tensor_name_map
+    gguf.GGUFReader = functools.cache(saved[0])
+    gguf.get_tensor_name_map = functools.cache(saved[1])
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = saved
 
 
 def convert_gguf(model: str, out: Path, dtype: str = "float32") -> Path:
@@ -33,10 +52,11 @@ def convert_gguf(model: str, out: Path, dtype: str = "float32") -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.monotonic()
     kw = {"gguf_file": gguf.name}
-    tok = AutoTokenizer.from_pretrained(gguf.parent, **kw)
-    lm = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, dtype=getattr(torch, dtype), **kw,
-        quantization_config=GgufConfig(gguf_file=gguf.name, dequantize=True))
+    with gguf_parsed_once():
+        tok = AutoTokenizer.from_pretrained(gguf.parent, **kw)
+        lm = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, dtype=getattr(torch, dtype), **kw,
+            quantization_config=GgufConfig(gguf_file=gguf.name, dequantize=True))
     lm.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     if not (tmp / "config.json").exists():
