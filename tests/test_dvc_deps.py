@@ -91,5 +91,6 @@ def test_bytecode_beside_the_code_is_not_a_change_of_the_deps():
     set): DVC must not see it, or a second `dvc repro` reruns every stage whose modules a later stage compiled."""
     pyc = "dagster_project/lib/__pycache__/warehouse.cpython-311.pyc"
     r = subprocess.run([sys.executable, "-m", "dvc", "check-ignore", pyc, "dagster_project/lib/warehouse.py"],
-                       cwd=REPO, capture_output=True, text=True, timeout=120, env={**os.environ, "DVC_NO_ANALYTICS": "1"})
+                       cwd=REPO, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "DVC_NO_ANALYTICS": "1"})
     assert r.stdout.split() == [pyc], r.stdout + r.stderr

@@ -13,21 +13,25 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import psutil
 
 TEMP_SUFFIX = ".tmp"
-# a temp file of atomic_path: '.<target name>.<8 random characters><suffix>.tmp'; earlier versions ended it with
-# the suffix ('.data.parquet.k2x9_a0b.parquet'), so the views' '*.parquet' glob read it while it was written
+# a temp file of atomic_path: '.<target name>.w<writer pid>.<8 random characters><suffix>.tmp'; earlier versions
+# had no pid, and before that ended it with the suffix ('.data.parquet.k2x9_a0b.parquet'), so the views'
+# '*.parquet' glob read it while it was written
 TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}(\.[A-Za-z0-9]+)+$")
+WRITER_PID = re.compile(r"\.w(\d+)\.[a-z0-9_]{8}\.")
 
 
 @contextmanager
 def staged_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
     """A temp path beside `path` (same filesystem), fsynced and kept when the block ends without error (the caller
-    renames it into place: lib/warehouse.publish), removed otherwise. Its name, '.<name>.<random><suffix>.tmp',
+    renames it into place: lib/warehouse.publish), removed otherwise. Its name, '.<name>.w<pid>.<random><suffix>.tmp',
     matches no reader's glob ('*.parquet', '*.csv')."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix + TEMP_SUFFIX, dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.w{os.getpid()}.", suffix=suffix + TEMP_SUFFIX,
+                               dir=target.parent)
     os.close(fd)
     umask = os.umask(0)
     os.umask(umask)
@@ -57,13 +61,21 @@ def is_temp_file(path: Path) -> bool:
     return bool(TEMP_NAME.match(path.name))
 
 
+def writer_alive(path: Path) -> bool:
+    """Whether the process named in a temp file's name (``.w<pid>.``) still runs: its staged files may wait for the
+    warehouse's lock (lib/warehouse.publish) for as long as a query runs. Names without a pid: False."""
+    m = WRITER_PID.search(path.name)
+    return bool(m) and psutil.pid_exists(int(m.group(1)))
+
+
 def remove_temp_leftovers(folder: str | Path, before: float) -> list[Path]:
-    """Delete the temp files below ``folder`` last modified before ``before`` (an epoch time): what a writer killed
-    between create and rename left behind. A temp file of a write still in flight is newer and stays."""
+    """Delete the temp files below ``folder`` last modified before ``before`` (an epoch time) whose writer no longer
+    runs: what a writer killed between create and rename left behind. A write in flight keeps its temp file."""
     root = Path(folder)
     if not root.is_dir():
         return []
-    stale = sorted(p for p in root.rglob(".*") if is_temp_file(p) and p.is_file() and p.lstat().st_mtime < before)
+    stale = sorted(p for p in root.rglob(".*") if is_temp_file(p) and p.is_file() and p.lstat().st_mtime < before
+                   and not writer_alive(p))
     for path in stale:
         path.unlink(missing_ok=True)
     return stale

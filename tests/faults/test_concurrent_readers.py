@@ -34,7 +34,8 @@ def write_loop(base: str, db: str, seed: int, ready, go, stop, writes) -> None:
         for day in DAYS:
             k = k % 5_000 + 1_001
             rows = pl.DataFrame({"day": [day] * k, "k": [k] * k})
-            store_partitions(db, "logs.raw_logs", folder, {partition_path(base, "logs", "raw_logs", day): rows}, "writer")
+            path = partition_path(base, "logs", "raw_logs", day)
+            store_partitions(db, "logs.raw_logs", folder, {path: rows}, "writer")
             with writes.get_lock():
                 writes.value += 1
 

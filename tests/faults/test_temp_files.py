@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -58,7 +60,8 @@ def cli(*args: str):
 def test_temp_files_end_in_tmp_and_are_recognised(tmp_path):
     target = tmp_path / "g" / "a.parquet"
     with atomic_path(target, ".parquet") as tmp:
-        assert tmp.parent == target.parent and tmp.name.startswith(".a.parquet.") and tmp.name.endswith(".tmp")
+        assert tmp.parent == target.parent and tmp.name.startswith(f".a.parquet.w{os.getpid()}.")
+        assert tmp.name.endswith(".tmp")
         assert is_temp_file(tmp)
         tmp.write_bytes(b"x")
     assert [p.name for p in target.parent.iterdir()] == ["a.parquet"]
@@ -146,3 +149,17 @@ def test_stored_days_and_the_report_index_ignore_temp_files(project):
     logs = asset_rows("assets", "logs")
     assert (logs["asset"].to_list(), logs["rows"].to_list(), logs["partitions"].to_list()) == (["raw_logs"], [4], [2])
     assert asset_rows("assets", "benchmark")["asset"].to_list() == ["taxonomy"]
+
+
+def test_a_staged_file_whose_writer_still_runs_is_kept_however_old(project):
+    """A run's staged partitions wait for the warehouse's write lock while a query runs (lib/warehouse.publish): a
+    run of the group started meanwhile must not take them for a killed writer's leftovers."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    folder = Path("assets/logs/raw_logs")
+    waiting = folder / f".2024-05-01.parquet.w{os.getpid()}.k2x9_a0b.parquet.tmp"  # this process: alive
+    killed = folder / f".2024-05-02.parquet.w{gone.stdout.strip()}.q8v1m3zz.parquet.tmp"
+    for path in (waiting, killed):
+        path.touch()
+        os.utime(path, (1_000_000_000, 1_000_000_000))
+    assert remove_leftover_temp_files("logs") == [killed]
+    assert waiting.exists() and not killed.exists()
