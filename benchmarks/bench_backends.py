@@ -39,7 +39,7 @@ def _benchmark_group_run(params_path: str) -> tuple[float, dict]:
     from dagster_project.defs.benchmark import assets as benchmark
     from dagster_project.defs.quality.checks import build_checks
     from dagster_project.lib.resources import EmbedderResource, LLMResource
-    from dagster_project.lib.warehouse import WarehouseIOManager
+    from dagster_project.lib.io_manager import WarehouseIOManager
 
     params = load_params(params_path)
     assets = dg.load_assets_from_modules([benchmark])

@@ -66,7 +66,7 @@ def child(folder: Path, n: int) -> dict[str, float]:
     from dagster_project.defs.logs import assets as logs
     from dagster_project.defs.logs.partitions import range_tags, register_days
     from dagster_project.lib.resources import LLMResource  # not called: the extraction is not selected
-    from dagster_project.lib.warehouse import WarehouseIOManager
+    from dagster_project.lib.io_manager import WarehouseIOManager
 
     t0 = time.perf_counter()
     write_log(folder / "logs", n)

@@ -12,7 +12,7 @@ from dagster_project.defs.quality.checks import build_checks
 from dagster_project.defs.registry import GROUPS
 from dagster_project.lib.code_version import with_code_versions
 from dagster_project.lib.resources import EmbedderResource, LLMResource
-from dagster_project.lib.warehouse import WarehouseIOManager
+from dagster_project.lib.io_manager import WarehouseIOManager
 
 LOGS_GROUP = "logs"
 

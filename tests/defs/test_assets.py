@@ -15,7 +15,8 @@ from dagster_project.definitions import defs
 from dagster_project.defs.benchmark import assets as benchmark
 from dagster_project.defs.evaluation import assets as evaluation
 from dagster_project.defs.quality.checks import build_checks
-from dagster_project.lib.warehouse import WarehouseIOManager, read_asset
+from dagster_project.lib.io_manager import WarehouseIOManager
+from dagster_project.lib.warehouse import read_asset
 
 
 class OrthogonalEmbedder(dg.ConfigurableResource):

@@ -9,7 +9,7 @@ from dagster_project.cli import materialize_group
 from dagster_project.config import parse_params
 from dagster_project.defs.benchmark import assets as benchmark
 from dagster_project.defs.quality.checks import build_checks
-from dagster_project.lib.warehouse import WarehouseIOManager
+from dagster_project.lib.io_manager import WarehouseIOManager
 
 
 class OrthogonalEmbedder(dg.ConfigurableResource):

@@ -18,7 +18,8 @@ from dagster_project.defs.logs import assets as logs
 from dagster_project.defs.logs.partitions import range_tags, register_days
 from dagster_project.defs.quality.checks import build_checks, load_suite, validate_frame
 from dagster_project.defs.questions import assets as questions
-from dagster_project.lib.warehouse import WarehouseIOManager, read_asset
+from dagster_project.lib.io_manager import WarehouseIOManager
+from dagster_project.lib.warehouse import read_asset
 from dagster_project.llm.backends.base import Job
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ from fakes import ScriptedBackend, scripted_llm
 from dagster_project.config import load_params
 from dagster_project.defs.double_turn import assets as double_turn
 from dagster_project.defs.quality.checks import build_checks
-from dagster_project.lib.warehouse import WarehouseIOManager
+from dagster_project.lib.io_manager import WarehouseIOManager
 
 Q1, Q2, Q3 = "Who directed Titanic?", "Who wrote Frankenstein?", "what is the capital of canada"
 GOOD_CQ = "Which film, the 1997 one or the 1953 one?"

@@ -17,7 +17,8 @@ from dagster_project.config import METHOD_NAMES, ParamsError, load_params, parse
 from dagster_project.defs.benchmark import assets as benchmark
 from dagster_project.defs.evaluation import assets as evaluation
 from dagster_project.defs.quality.checks import build_checks
-from dagster_project.lib.warehouse import WarehouseIOManager, read_asset
+from dagster_project.lib.io_manager import WarehouseIOManager
+from dagster_project.lib.warehouse import read_asset
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTED: dict[str, ScriptedBackend] = {}

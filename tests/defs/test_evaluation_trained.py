@@ -20,7 +20,8 @@ from dagster_project.core.training.template import clarilm_template
 from dagster_project.core.training.overlap import normalize_query
 from dagster_project.defs.benchmark import assets as benchmark
 from dagster_project.defs.quality.checks import build_checks
-from dagster_project.lib.warehouse import WarehouseIOManager, read_asset
+from dagster_project.lib.io_manager import WarehouseIOManager
+from dagster_project.lib.warehouse import read_asset
 from dagster_project.training.exports import trained_on
 from defs.test_evaluation import SCRIPTED, _defs, eval_responder
 

@@ -19,7 +19,7 @@ from dagster_project.defs.intents import assets as intents
 from dagster_project.defs.quality.checks import load_suites, validate_frame
 from dagster_project.lib.catalog import describe
 from dagster_project.lib.resources import LLMResource
-from dagster_project.lib.warehouse import WarehouseIOManager
+from dagster_project.lib.io_manager import WarehouseIOManager
 from dagster_project.training.model_folder import RESULT_SCHEMA
 
 

@@ -18,7 +18,7 @@ from dagster_project.defs.headlines import assets as headline_assets
 from dagster_project.defs.headlines import retrieval as headline
 from dagster_project.defs.quality.checks import load_suites, validate_frame
 from dagster_project.lib.catalog import describe
-from dagster_project.lib.warehouse import WarehouseIOManager
+from dagster_project.lib.io_manager import WarehouseIOManager
 from dagster_project.training.model_folder import RESULT_SCHEMA
 
 DOCS = {"d1": "shoes for running", "d2": "alpha guide", "d3": "beta manual", "d4": "gamma notes"}

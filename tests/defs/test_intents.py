@@ -13,7 +13,7 @@ from fakes import ScriptedBackend, scripted_llm
 from dagster_project.config import load_params
 from dagster_project.defs.intents import assets as intents
 from dagster_project.defs.quality.checks import build_checks
-from dagster_project.lib.warehouse import WarehouseIOManager
+from dagster_project.lib.io_manager import WarehouseIOManager
 
 INTENTS = {
     "track_order": ["where is my parcel", "when does my order arrive", "tracking shows nothing", "is my box out today"],

@@ -13,7 +13,7 @@ from fakes import ScriptedBackend, scripted_llm
 from dagster_project.config import load_params
 from dagster_project.defs.quality.checks import build_checks, load_suites
 from dagster_project.defs.retrieval import assets as retrieval
-from dagster_project.lib.warehouse import WarehouseIOManager
+from dagster_project.lib.io_manager import WarehouseIOManager
 from dagster_project.llm.client import LLMClient
 
 SCRIPTED: dict[str, ScriptedBackend] = {}

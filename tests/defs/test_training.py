@@ -15,7 +15,7 @@ from dagster_project.core.intents.curation import TRAINING_SCHEMA
 from dagster_project.defs.quality.checks import build_checks
 from dagster_project.defs.training import assets as training
 from dagster_project.training.model_folder import result_row
-from dagster_project.lib.warehouse import WarehouseIOManager
+from dagster_project.lib.io_manager import WarehouseIOManager
 
 
 def m(role, content):

@@ -17,7 +17,7 @@ from dagster_project.core.training.template import double_turn_template
 from dagster_project.defs.double_turn import assets as double_turn
 from dagster_project.defs.training import assets as training
 from dagster_project.lib.resources import LLMResource
-from dagster_project.lib.warehouse import WarehouseIOManager
+from dagster_project.lib.io_manager import WarehouseIOManager
 from dagster_project.training.exports import trained_on
 from dagster_project.training.model_folder import RESULT_SCHEMA, result_row
 

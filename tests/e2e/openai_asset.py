@@ -21,7 +21,7 @@ from dagster_project.llm.task import parse_json_object
 from dagster_project.defs.quality.checks import build_checks
 from dagster_project.config import load_params
 from dagster_project.lib.resources import LLMResource
-from dagster_project.lib.warehouse import WarehouseIOManager
+from dagster_project.lib.io_manager import WarehouseIOManager
 
 GROUP, ASSET = "llmfaults", "answers"
 POISON = "poison-pill"

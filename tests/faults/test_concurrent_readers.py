@@ -12,7 +12,8 @@ import polars as pl
 
 from dagster_project.config.sql import SqlConfig
 from dagster_project.lib.bounded_sql import run_query
-from dagster_project.lib.warehouse import partition_dir, partition_path, store_partitions
+from dagster_project.lib.io_manager import store_partitions
+from dagster_project.lib.warehouse import partition_dir, partition_path
 
 # the issue asks for 30 s; `make test` reads for at least 5 s and until the writers have rewritten every partition
 # four times (on a busy machine a reader holding the warehouse's lock slows them down); 30 s figures: docs/reliability.md

@@ -12,7 +12,8 @@ from dagster_project.defs.quality.checks import (
     partition_error_counts,
 )
 from dagster_project.io.writers import write_parquet_atomic
-from dagster_project.lib.warehouse import WarehouseIOManager, partition_path
+from dagster_project.lib.io_manager import WarehouseIOManager
+from dagster_project.lib.warehouse import partition_path
 
 METHODS = [f"m{i}" for i in range(9)]
 

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from dagster_project.cli import app
 from dagster_project.io.writers import atomic_path, is_temp_file
+from dagster_project.lib.io_manager import WarehouseIOManager
 from dagster_project.lib.warehouse import (
-    WarehouseIOManager,
     partition_path,
     rebuild_views,
     remove_leftover_temp_files,

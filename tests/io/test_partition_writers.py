@@ -11,7 +11,8 @@ from polars.testing import assert_frame_equal
 
 from dagster_project.io.writers import PartitionWriters
 from dagster_project.lib.bounded_sql import connect_readonly
-from dagster_project.lib.warehouse import LAZY, WarehouseIOManager, read_row_groups
+from dagster_project.lib.io_manager import LAZY, WarehouseIOManager
+from dagster_project.lib.warehouse import read_row_groups
 
 SCHEMA = {"conv": pl.Utf8, "turn": pl.Int64}
 

@@ -20,7 +20,8 @@ from dagster_project.lib.code_version import (
     code_versions,
     compute_fn,
 )
-from dagster_project.lib.warehouse import WarehouseIOManager, read_asset
+from dagster_project.lib.io_manager import WarehouseIOManager
+from dagster_project.lib.warehouse import read_asset
 
 
 class TextEmbedder(dg.ConfigurableResource):

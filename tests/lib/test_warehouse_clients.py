@@ -21,13 +21,8 @@ import pytest
 from typer.testing import CliRunner
 
 from dagster_project.cli import app
-from dagster_project.lib.warehouse import (
-    WarehouseIOManager,
-    partition_dir,
-    read_asset,
-    rebuild_views,
-    write_parquet_atomic,
-)
+from dagster_project.lib.io_manager import WarehouseIOManager
+from dagster_project.lib.warehouse import partition_dir, read_asset, rebuild_views, write_parquet_atomic
 
 MULTI = dg.MultiPartitionsDefinition({"subject": dg.StaticPartitionsDefinition(["s1", "s2"]),
                                       "method": dg.StaticPartitionsDefinition(["base", "cot"])})

@@ -12,14 +12,8 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from dagster_project.lib.bounded_sql import connect_readonly
-from dagster_project.lib.warehouse import (
-    VIEW_GLOB,
-    WarehouseIOManager,
-    asset_path,
-    rebuild_views,
-    register_views,
-    write_parquet_atomic,
-)
+from dagster_project.lib.io_manager import WarehouseIOManager
+from dagster_project.lib.warehouse import VIEW_GLOB, asset_path, rebuild_views, register_views, write_parquet_atomic
 
 
 def _view_sql(db, qualified: str) -> str:

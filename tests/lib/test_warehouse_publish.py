@@ -14,7 +14,8 @@ import polars as pl
 import pytest
 
 from dagster_project.lib import warehouse
-from dagster_project.lib.warehouse import partition_dir, partition_path, store_partitions
+from dagster_project.lib.io_manager import store_partitions
+from dagster_project.lib.warehouse import partition_dir, partition_path
 
 
 HOLD_QUERY = """

@@ -21,7 +21,7 @@ from dagster_project.config import load_params
 from dagster_project.defs.benchmark import assets as benchmark
 from dagster_project.defs.quality.checks import build_checks
 from dagster_project.lib.resources import EmbedderResource, LLMResource
-from dagster_project.lib.warehouse import WarehouseIOManager
+from dagster_project.lib.io_manager import WarehouseIOManager
 from dagster_project.llm.backends.vllm import VLLMBackend
 from dagster_project.llm.chat import ChatRequest
 from dagster_project.llm.client import LLMClient

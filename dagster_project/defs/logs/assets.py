@@ -42,7 +42,8 @@ from dagster_project.io.records import QUARANTINE_SCHEMA
 from dagster_project.io.writers import PartitionWriters
 from dagster_project.lib.assets import group_asset, status_counts
 from dagster_project.lib.resources import LLMResource
-from dagster_project.lib.warehouse import LAZY, read_row_groups
+from dagster_project.lib.io_manager import LAZY
+from dagster_project.lib.warehouse import read_row_groups
 
 GROUP = "logs"
 JOB = "logs_ingest"
