@@ -135,7 +135,7 @@ def main(workdir: str, params_path: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     import dagster as dg
 
-    from dagster_project.cli import materialize_group
+    from dagster_project.runs.group_runs import materialize_group
     from dagster_project.config import load_params
     from dagster_project.definitions import build_definitions
     from dagster_project.llm.backends.openai import OpenAIBackend

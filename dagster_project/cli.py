@@ -16,21 +16,15 @@ from rich.text import Text
 from dagster_project.config import ParamsError, load_params, parse_params, read_params_file
 from dagster_project.config.home import dagster_home
 from dagster_project.config.sql import SqlConfig
-from dagster_project.runs.group_runs import LOG_LEVELS, group_stages, materialize_group  # noqa: F401 (API)
-from dagster_project.runs.parallel import Execution
-from dagster_project.runs.plan import plan_group
 from dagster_project.runs.process_exit import exit_without_teardown
 from dagster_project.runs.log_days import sync_log_days
-from dagster_project.runs.preflight import cache_problem, input_paths, input_problems, role_check
-from dagster_project.runs.instance import (
-    ensure_dagster_yaml,
-    invocation_tags,
-    provenance_tags,
-    sweep_orphaned_runs,
-)
 from dagster_project.lib.bounded_sql import SqlBoundError, connect_readonly, run_query
 from dagster_project.lib.sqlout import SQL_FORMATS, print_result
 from dagster_project.lib.warehouse import ASSETS_DIR, WAREHOUSE, prune_stale, rebuild_views
+
+# Commands import Dagster, the group registry and the run machinery when they run (~2 s), so `clarify sql`,
+# `summary` and `--help` start in well under a second.
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")  # Dagster events `materialize` prints
 
 app = typer.Typer(help="clarify-pipeline: SQL over the warehouse, run summaries, environment checks.",
                   no_args_is_help=True, add_completion=False)
@@ -148,6 +142,16 @@ def materialize(group: str, params: str = typer.Option("params.yaml", help="para
     if log_level.lower() not in LOG_LEVELS:
         fail(f"error: --log-level must be one of {', '.join(LOG_LEVELS)}")
         raise typer.Exit(2)
+    from dagster_project.runs.group_runs import materialize_group
+    from dagster_project.runs.instance import (
+        ensure_dagster_yaml,
+        invocation_tags,
+        provenance_tags,
+        sweep_orphaned_runs,
+    )
+    from dagster_project.runs.parallel import Execution
+    from dagster_project.runs.preflight import cache_problem, input_problems
+
     parallel = processes > 1 or dask_address
     execution = Execution(processes, str(Path(params).resolve()), dask_address) if parallel else None
     home = dagster_home()
@@ -319,6 +323,8 @@ def doctor(params: str = typer.Option("params.yaml", help="params file"),
            timeout: float = typer.Option(3.0, help="seconds to wait for each endpoint")) -> None:
     """Check params, every input file, each role's model or endpoint, and the LLM cache path; show the cache's
     size and calls per role. Creates nothing; exits 1 when anything is wrong (2: invalid params)."""
+    from dagster_project.runs.preflight import cache_problem, input_paths, input_problems, role_check
+
     try:
         p = load_params(params)
     except ParamsError as err:
@@ -399,6 +405,9 @@ def plan(group: str, params: str = typer.Option("params.yaml", help="params file
 
     Runs the group's assets in a scratch folder with a planning LLM: the real cache is read (cached calls are
     free), nothing is sent to a model, no asset or cache entry of the project is written."""
+    from dagster_project.runs.plan import plan_group
+    from dagster_project.runs.preflight import input_problems
+
     try:
         missing = input_problems(load_params(params), group)
         for line in missing:  # as `clarify materialize` does: one line per missing input, naming the params key

@@ -3,7 +3,8 @@
 import yaml
 from typer.testing import CliRunner
 
-from dagster_project.cli import app, plan_group
+from dagster_project.cli import app
+from dagster_project.runs.plan import plan_group
 from dagster_project.llm.cache import LLMCache
 
 

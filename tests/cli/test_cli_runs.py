@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dagster_project import cli
+from dagster_project.runs import group_runs
 from dagster_project.config import parse_params
 from dagster_project.runs.instance import (
     COMMIT_TAG,
@@ -70,7 +71,7 @@ def chatty(context: dg.AssetExecutionContext) -> int:
 def test_materialize_group_tags_runs_and_prints_info_not_debug(capfd):
     defs = dg.Definitions(assets=[chatty], executor=dg.in_process_executor)
     with dg.DagsterInstance.ephemeral() as instance:
-        [result] = cli.materialize_group(defs, "g", instance, tags={GROUP_TAG: "g", PARAMS_TAG: "abc"})
+        [result] = group_runs.materialize_group(defs, "g", instance, tags={GROUP_TAG: "g", PARAMS_TAG: "abc"})
         assert result.success
         [run] = instance.get_runs()
         assert run.tags[GROUP_TAG] == "g" and run.tags[PARAMS_TAG] == "abc" and "clarify/pid" in run.tags
@@ -81,7 +82,7 @@ def test_materialize_group_tags_runs_and_prints_info_not_debug(capfd):
         # every event is still in the run's event log (the UI shows them)
         assert any("debug line" in (e.message or "") for e in instance.all_logs(run.run_id))
 
-        cli.materialize_group(defs, "g", instance, log_level="debug")
+        group_runs.materialize_group(defs, "g", instance, log_level="debug")
         printed = capfd.readouterr()
         assert "debug line from the asset" in printed.out + printed.err
 
@@ -96,7 +97,7 @@ def test_materialize_command_passes_provenance_and_log_level(tmp_path, monkeypat
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("CLARIFY_PARAMS", "params.yaml")  # the CLI sets both; monkeypatch restores them
-    monkeypatch.setattr(cli, "materialize_group", fake)
+    monkeypatch.setattr(group_runs, "materialize_group", fake)
     CliRunner().invoke(cli.app, ["materialize", "no_such_group"])
     assert seen["group"] == "no_such_group" and seen["log_level"] == "info"
     assert seen["tags"][GROUP_TAG] == "no_such_group" and len(seen["tags"][PARAMS_TAG]) == 12

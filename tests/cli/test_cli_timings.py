@@ -13,6 +13,7 @@ from dagster_project.config import parse_params
 from dagster_project.lib.resources import LLMResource
 from dagster_project.llm.chat import ChatRequest
 from dagster_project.reporting.timings import stage_timings, total_line
+from dagster_project.runs.group_runs import materialize_group
 from dagster_project.runs.instance import (
     GROUP_TAG,
     INVOCATION_STARTED_TAG,
@@ -62,11 +63,11 @@ def test_timings_report_the_newest_invocation_per_group_with_its_model_time(tmp_
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     with dg.DagsterInstance.get() as instance:
         old = _defs(tmp_path / "old", prompts=1)  # an earlier run of g: 2 partitions x 1 call
-        assert all(r.success for r in cli.materialize_group(old, "g", instance, tags=_invocation("g", "i1")))
+        assert all(r.success for r in materialize_group(old, "g", instance, tags=_invocation("g", "i1")))
         new = _defs(tmp_path / "new", prompts=3)  # the newest: 2 partitions x 3 calls of 1.5 s
-        assert all(r.success for r in cli.materialize_group(new, "g", instance, tags=_invocation("g", "i2")))
-        assert all(r.success for r in cli.materialize_group(new, "h", instance, tags=_invocation("h", "i3")))
-        cli.materialize_group(new, "h", instance, tags={GROUP_TAG: "h"})  # no invocation tag (UI-like): not counted
+        assert all(r.success for r in materialize_group(new, "g", instance, tags=_invocation("g", "i2")))
+        assert all(r.success for r in materialize_group(new, "h", instance, tags=_invocation("h", "i3")))
+        materialize_group(new, "h", instance, tags={GROUP_TAG: "h"})  # no invocation tag (UI-like): not counted
         stages = stage_timings(instance)
     assert [s.group for s in stages] == ["g", "h"]
     g, h = stages

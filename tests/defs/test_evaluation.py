@@ -12,7 +12,7 @@ import pytest
 import yaml
 from fakes import ScriptedBackend, schema_responder, scripted_llm
 
-from dagster_project.cli import group_stages, materialize_group
+from dagster_project.runs.group_runs import group_stages, materialize_group
 from dagster_project.config import METHOD_NAMES, ParamsError, load_params, parse_params
 from dagster_project.defs.benchmark import assets as benchmark
 from dagster_project.defs.evaluation import assets as evaluation

@@ -10,7 +10,8 @@ import yaml
 import numpy as np
 from fakes import ScriptedBackend, scripted_llm
 
-from dagster_project.cli import _default_partitions, materialize_group
+from dagster_project.cli import _default_partitions
+from dagster_project.runs.group_runs import materialize_group
 from dagster_project.config import ParamsError, load_params, parse_params
 from dagster_project.defs.evaluation import assets as evaluation
 from dagster_project.defs.evaluation.assets import planned_partitions, training_deps

@@ -10,7 +10,7 @@ import polars as pl
 import yaml
 from fakes import ScriptedBackend, scripted_llm
 
-from dagster_project.cli import materialize_group
+from dagster_project.runs.group_runs import materialize_group
 from dagster_project.config import load_params
 from dagster_project.core.clarilm.logs import days_to_ingest
 from dagster_project.definitions import build_definitions

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from openai_stub import running_stub
 
-from dagster_project.cli import group_stages
+from dagster_project.runs.group_runs import group_stages
 from dagster_project.config import load_params
 from dagster_project.core.clarifymt.external import import_dataset
 from dagster_project.definitions import build_definitions

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 SLOW_RUN = """
 import sys, time
 import dagster as dg
-from dagster_project.cli import materialize_group
+from dagster_project.runs.group_runs import materialize_group
 
 @dg.asset(group_name="g")
 def slow() -> None:

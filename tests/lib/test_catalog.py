@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 from fakes import ScriptedBackend, schema_responder, scripted_llm
 
-from dagster_project.cli import materialize_group
+from dagster_project.runs.group_runs import materialize_group
 from dagster_project.config import parse_params
 from dagster_project.definitions import defs
 from dagster_project.defs.benchmark import assets as benchmark
