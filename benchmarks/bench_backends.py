@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from _common import BenchResult, ratio, say, timer
+from bench_multiseq import multi_sequence
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -226,6 +227,7 @@ def bench_tokens(max_tokens: int = 128, repeats: int = 3) -> BenchResult:
     _prompt_speed(res)
     _prefix_reuse(res)
     _parallel(res)
+    multi_sequence(res)
     return res
 
 
