@@ -8,17 +8,15 @@ import time
 from pathlib import Path
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dagster_project.config import ParamsError, load_params, parse_params, read_params_file
+from dagster_project.config import ParamsError, load_params
 from dagster_project.config.home import dagster_home
-from dagster_project.config.sql import SqlConfig
 from dagster_project.runs.process_exit import exit_without_teardown
 from dagster_project.runs.log_days import sync_log_days
-from dagster_project.lib.bounded_sql import SqlBoundError, connect_readonly, run_query
+from dagster_project.lib.bounded_sql import SqlBoundError, connect_readonly, run_query, sql_bounds
 from dagster_project.lib.sqlout import SQL_FORMATS, print_result
 from dagster_project.lib.warehouse import ASSETS_DIR, WAREHOUSE, prune_stale, rebuild_views
 
@@ -35,23 +33,6 @@ def fail(message: object) -> None:
     """An error in red, printed as text (params values and paths in it may hold '[...]', rich markup) and not
     wrapped, so a message keeps its lines in a log or a pipe."""
     console.print(str(message), style="red", markup=False, highlight=False, soft_wrap=True)
-
-
-SQL_OPTIONS = {"timeout_s": "--timeout", "memory_limit": "--memory-limit", "threads": "--threads"}
-
-
-def sql_bounds(params: str, **override: object) -> SqlConfig:
-    """params' `sql:` section (its defaults when the file does not exist; other sections are not checked here)
-    with the options given on the command line on top; ParamsError naming the key or option."""
-    path = Path(params)
-    data = (read_params_file(path) or {}) if path.exists() else {}
-    bounds = parse_params({"sql": data.get("sql") or {}}, params).sql
-    given = {k: v for k, v in override.items() if v is not None}
-    try:
-        return SqlConfig.model_validate(bounds.model_dump() | given)
-    except ValidationError as err:
-        raise ParamsError("; ".join(f"{SQL_OPTIONS[e['loc'][0]]}: {e['msg']} (got {e['input']!r})"
-                                    for e in err.errors())) from None
 
 
 @app.command()

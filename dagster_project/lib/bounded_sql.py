@@ -1,6 +1,7 @@
 """`clarify sql`'s entry point: the warehouse opened read-only and sandboxed, exactly one SELECT per query, and the
-query under bounds: a time limit (a timer interrupts it), DuckDB's memory_limit and threads. A bound that is hit is a
-SqlBoundError whose message names the setting."""
+query under bounds (params' `sql:` section, overridden by the command line: sql_bounds): a time limit (a timer
+interrupts it), DuckDB's memory_limit and threads. A bound that is hit is a SqlBoundError whose message names the
+setting."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 import polars as pl
+from pydantic import ValidationError
 from tenacity import (
     retry,
     retry_if_exception,
@@ -19,8 +21,27 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from dagster_project.config import ParamsError, parse_params, read_params_file
 from dagster_project.config.sql import SqlConfig
 from dagster_project.lib.warehouse import ASSETS_DIR, WAREHOUSE
+
+
+# the `clarify sql` option that overrides each key of params' `sql:` section
+SQL_OPTIONS = {"timeout_s": "--timeout", "memory_limit": "--memory-limit", "threads": "--threads"}
+
+
+def sql_bounds(params: str, **override: object) -> SqlConfig:
+    """params' `sql:` section (its defaults when the file does not exist; other sections are not checked here)
+    with the options given on the command line on top; ParamsError naming the key or option."""
+    path = Path(params)
+    data = (read_params_file(path) or {}) if path.exists() else {}
+    bounds = parse_params({"sql": data.get("sql") or {}}, params).sql
+    given = {k: v for k, v in override.items() if v is not None}
+    try:
+        return SqlConfig.model_validate(bounds.model_dump() | given)
+    except ValidationError as err:
+        raise ParamsError("; ".join(f"{SQL_OPTIONS[e['loc'][0]]}: {e['msg']} (got {e['input']!r})"
+                                    for e in err.errors())) from None
 
 
 # a writer holds the file for the milliseconds of a view update: a reader waits for it rather than failing
