@@ -65,9 +65,9 @@ def _cache_counts(path: Path) -> dict[str, int]:
 def bench_parallel(dialogues: int = 40, latency_ms: int = 100, concurrency: int = 1, high: int = 4) -> BenchResult:
     import dagster as dg
 
-    from dagster_project.runs.group_runs import group_stages
     from dagster_project.config import load_params
     from dagster_project.definitions import build_definitions
+    from dagster_project.runs.group_runs import group_stages
     from dagster_project.runs.parallel import Execution, run_stage
 
     res = BenchResult("parallel")

@@ -135,11 +135,11 @@ def main(workdir: str, params_path: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     import dagster as dg
 
-    from dagster_project.runs.group_runs import materialize_group
     from dagster_project.config import load_params
     from dagster_project.definitions import build_definitions
     from dagster_project.llm.backends.openai import OpenAIBackend
     from dagster_project.llm.client import LLMClient
+    from dagster_project.runs.group_runs import materialize_group
 
     box: dict[str, float] = {"import_s": time.perf_counter() - t0}
     _timed(LLMClient, "chat", box)
