@@ -2,10 +2,10 @@
 
 A reply is served from the cache only to the same backend and model at the same endpoint (openai: the
 base URL, or all URLs of a pool (base_urls), one endpoint; llamacpp and vLLM from a local path: a fingerprint of the
-weights; transformers, and vLLM serving a trained model: the weights and every LoRA adapter applied to them; with the
-`dtype` their engine_kwargs name), so a different server, model file, precision or retrained adapter never receives
-another's replies. Roles that set the same `cache_namespace` share replies deliberately (e.g. one vLLM model behind
-two URLs). Never includes the API key or timeouts.
+weights, for llamacpp with the backend's revision; transformers, and vLLM serving a trained model: the weights and
+every LoRA adapter applied to them; with the `dtype` their engine_kwargs name), so a different server, model file,
+precision or retrained adapter never receives another's replies. Roles that set the same `cache_namespace` share
+replies deliberately (e.g. one vLLM model behind two URLs). Never includes the API key or timeouts.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from dagster_project.config import RoleConfig
 from dagster_project.llm.trained import TRAINING_PREFIX, TrainedModelMissing, served_model
 
 KEY_VERSION = 2  # 1: (backend, model) only, before the endpoint entered the key
+# llamacpp replies before revision 2 drew a job's samples after the first from the previous reply's logits
+# (kv_prefix.PrefixReuseLlama.remember): their cached replies are not served to the fixed backend
+LLAMACPP_REVISION = "2"
 _SAMPLE_BYTES = 1 << 20  # hashed from each end of a weights file
 
 
@@ -32,7 +35,7 @@ def cache_identity(cfg: RoleConfig) -> dict[str, str]:
     if cfg.backend == "openai":
         return ident | {"endpoint": " ".join(sorted({normalize_url(u) for u in cfg.endpoints}))}
     if cfg.backend == "llamacpp":
-        return ident | {"model_file": _gguf_fingerprint(cfg.model, cfg.quantize)}
+        return ident | {"model_file": _gguf_fingerprint(cfg.model, cfg.quantize), "revision": LLAMACPP_REVISION}
     if cfg.backend == "transformers" or cfg.model.startswith(TRAINING_PREFIX):  # vllm serves trained models too
         return ident | {"model_file": served_fingerprint(cfg.model)}
     local = Path(cfg.model).expanduser()

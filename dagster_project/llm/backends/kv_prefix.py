@@ -98,6 +98,9 @@ class PrefixReuseLlama(LazyGrammarLlama):
             if not self._ctx.kv_cache_seq_rm(-1, n, -1):
                 return  # a model whose context cannot be cut (recurrent): nothing kept
             self.n_tokens = n
+            # the context's logits are now the reply's, not the prompt's: the same prompt sent next (a job's next
+            # sample) must replay its last token, or llama-cpp-python samples its first token from stale logits
+            self._requires_eval = True
         if not self.prefixes.max_bytes or self.n_tokens == 0:
             return
         size = lib.llama_state_seq_get_size(self.ctx, 0)
