@@ -26,12 +26,13 @@ class EchoLlama:
     """A context that answers with the last user message, slowly enough for the other context to work too."""
 
     def __init__(self, name: str):
-        self.name, self.threads, self.served = name, None, []
+        self.name, self.threads, self.served, self.served_with = name, None, [], []
 
     def use_threads(self, n: int) -> None:
         self.threads = n
 
     def create_chat_completion(self, messages, **kw):
+        self.served_with.append(self.threads)
         time.sleep(0.01)
         self.served.append(messages[-1]["content"])
         return {"choices": [{"message": {"content": f"{self.name}:{messages[-1]['content']}"},
@@ -56,7 +57,29 @@ def test_every_job_is_answered_once_on_the_calling_thread_by_both_contexts():
     assert sorted(i for i, _, _ in seen) == list(range(9))
     assert {name for _, _, name in seen} == {threading.current_thread().name}
     assert all(text.endswith(f":u{i}") for i, text, _ in seen)
-    assert all(llm.served and llm.threads == 1 for llm in backend.llms)  # 2 threads split over 2 contexts
+    assert all(llm.served and llm.served_with[0] == 1 for llm in backend.llms)  # 2 threads split over 2 contexts
+
+
+def test_a_context_done_with_its_share_gives_its_threads_to_the_one_still_decoding():
+    """Without it, a call's tail (the longer share) ran on one core of two; a thread count never changes a reply."""
+
+    class WaitsForLend(EchoLlama):
+        def create_chat_completion(self, messages, **kw):
+            if len(self.served) == 5:  # the long job's last sample waits (5 s at most) for the other's threads
+                deadline = time.monotonic() + 5
+                while self.threads != 2 and time.monotonic() < deadline:
+                    time.sleep(0.005)
+            return super().create_chat_completion(messages, **kw)
+
+    backend = fake_backend(2)
+    backend.llms = [WaitsForLend(f"c{w}") for w in range(2)]
+    short, long = job("s", "short"), next(j for i in range(50) if affinity(j := job("s", f"long{i}", samples=6), 2)
+                                          != affinity(job("s", "short"), 2))
+    outs = backend.generate([short, long])
+    assert outs[0].texts[0].endswith(":short") and len(outs[1].texts) == 6
+    [other] = [llm for llm in backend.llms if len(llm.served) == 1]
+    [busy] = [llm for llm in backend.llms if len(llm.served) == 6]
+    assert other.served_with == [1] and busy.served_with[-1] == 2  # 1 thread each, then both to the long job
 
 
 def test_a_single_job_runs_on_one_context_with_every_thread():

@@ -78,6 +78,7 @@ class PrefixReuseLlama(LazyGrammarLlama):
         super().__init__(*args, **kwargs)
         self.prefixes = PrefixStates(prefix_cache_bytes)
         self._prompt_len = 0
+        self._threads = self._want_threads = self.n_threads
 
     def generate(self, tokens: Sequence[int], *args: Any, **kwargs: Any) -> Any:
         self._prompt_len = len(tokens)
@@ -86,8 +87,15 @@ class PrefixReuseLlama(LazyGrammarLlama):
         return super().generate(tokens, *args, **kwargs)
 
     def use_threads(self, n: int) -> None:
-        """Decode and evaluate prompts on `n` threads from now on (llama.cpp takes it between two decodes)."""
-        lib.llama_set_n_threads(self.ctx, n, n)
+        """Decode and evaluate prompts on `n` threads from the next decode on. Another thread may call it while this
+        context generates: the generating thread applies it (`eval`). The thread count never changes a reply."""
+        self._want_threads = n
+
+    def eval(self, tokens: Sequence[int]) -> None:
+        if self._want_threads != self._threads:
+            lib.llama_set_n_threads(self.ctx, self._want_threads, self._want_threads)
+            self._threads = self._want_threads
+        super().eval(tokens)
 
     def remember(self) -> None:
         """Keep the KV state of the last prompt (call after a completion). The reply's tokens are dropped from the

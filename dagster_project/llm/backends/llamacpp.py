@@ -175,7 +175,8 @@ class LlamaCppBackend:
 
     def generate_each(self, jobs: list[Job], on_done: Callable[[int, JobOutput], None]) -> None:
         """Every job through `parallel` contexts side by side (`assign`: a dialogue's turns to the same one, the
-        samples spread evenly); on_done(i, output) runs on the calling thread as each job ends."""
+        samples spread evenly); a context done with its share gives its threads to those still decoding, so a
+        call's tail does not run on one core of two. on_done(i, output) runs on the calling thread as each job ends."""
         workers = self.contexts(min(self.parallel, len(jobs))) if len(jobs) > 1 else 1
         if workers == 1:
             self.llms[0].use_threads(self.threads)
@@ -183,10 +184,15 @@ class LlamaCppBackend:
                 on_done(i, self._one(0, job))
             return
         done: queue.SimpleQueue[tuple[int, JobOutput]] = queue.SimpleQueue()
+        busy, lending = set(range(workers)), threading.Lock()
 
         def work(w: int, mine: list[int]) -> None:  # _one never raises, so every job is answered
             for i in mine:
                 done.put((i, self._one(w, jobs[i])))
+            with lending:
+                busy.discard(w)
+                for v in busy:
+                    self.llms[v].use_threads(max(1, self.threads // len(busy)))
 
         for llm in self.llms[:workers]:
             llm.use_threads(max(1, self.threads // workers))
