@@ -73,20 +73,29 @@ def test_q8_0_reencoding_is_made_once_and_has_its_own_cache_identity():
     assert plain["model_file"] != q["model_file"] and plain["model"] == q["model"]
 
 
-def test_a_jobs_next_sample_starts_from_the_prompt_not_from_the_last_reply():
-    """A job's samples send one prompt twice in a row to one context. `remember` cuts the reply from the context,
-    so llama-cpp-python took the prompt as fully evaluated and sampled the next sample's first token from the last
-    reply token's logits (greedy: ',' or '.' then a drifting reply). Each sample must equal a fresh context's."""
+CLARIFY_SCHEMA = {"type": "object", "properties": {"clarify": {"type": "boolean"}, "question": {"type": "string"}},
+                  "required": ["clarify", "question"]}
+
+
+@pytest.mark.parametrize("temperature, schema", [(0.0, None), (0.8, CLARIFY_SCHEMA)], ids=["greedy", "sampled_json"])
+def test_a_jobs_next_sample_starts_from_the_prompt_not_from_the_last_reply(temperature, schema):
+    """A job's samples send one prompt several times in a row to one context. `remember` cuts the reply from the
+    context, so llama-cpp-python took the prompt as fully evaluated and drew the next sample's first token from
+    the last reply token's logits (greedy: ',' or '.' then a drifting reply; sampled JSON, as majority vote and
+    Intent-Sim ask: other replies, once the opposite `clarify`). Each sample must equal a fresh context's."""
     from dagster_project.llm.backends.base import Job
     from dagster_project.llm.backends.llamacpp import LlamaCppBackend
 
     messages = ({"role": "system", "content": "Ask a clarifying question when a request is ambiguous."},
                 {"role": "user", "content": "Tell me about the jaguar, how fast it goes and its best year."})
-    job = Job(messages, {"temperature": 0.0, "top_p": 1.0, "max_tokens": 24, "seed": 0}, [0, 1, 2], None)
-    backend = LlamaCppBackend(RoleConfig(n_ctx=1024, n_threads=2, parallel=1, quantize="q8_0"))
-    texts = backend.generate([job])[0].texts
-    llm = backend.llms[0]
-    llm.reset()
-    fresh = llm.create_chat_completion(messages=list(messages), max_tokens=24, temperature=0.0)
-    llm.close()
-    assert texts == [fresh["choices"][0]["message"]["content"]] * 3
+    sampling = {"temperature": temperature, "top_p": 0.95, "max_tokens": 32, "seed": 0}
+
+    def replies(indices: list[int]) -> list[str]:
+        backend = LlamaCppBackend(RoleConfig(n_ctx=1024, n_threads=2, parallel=1, quantize="q8_0"))
+        texts = backend.generate([Job(messages, sampling, indices, schema)])[0].texts
+        backend.llms[0].close()
+        return texts
+
+    together = replies([0, 1, 2])
+    assert together == [replies([i])[0] for i in range(3)]
+    assert len(set(together)) == (1 if temperature == 0 else 3)  # the seeds still matter when sampling
