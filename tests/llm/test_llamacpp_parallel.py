@@ -73,8 +73,8 @@ def test_a_context_done_with_its_share_gives_its_threads_to_the_one_still_decodi
 
     backend = fake_backend(2)
     backend.llms = [WaitsForLend(f"c{w}") for w in range(2)]
-    short, long = job("s", "short"), next(j for i in range(50) if affinity(j := job("s", f"long{i}", samples=6), 2)
-                                          != affinity(job("s", "short"), 2))
+    short = job("s", "short")
+    long = next(j for i in range(50) if affinity(j := job("s", f"long{i}", samples=6), 2) != affinity(short, 2))
     outs = backend.generate([short, long])
     assert outs[0].texts[0].endswith(":short") and len(outs[1].texts) == 6
     [other] = [llm for llm in backend.llms if len(llm.served) == 1]

@@ -186,16 +186,18 @@ class LlamaCppBackend:
         done: queue.SimpleQueue[tuple[int, JobOutput]] = queue.SimpleQueue()
         busy, lending = set(range(workers)), threading.Lock()
 
+        def spread() -> None:  # the role's threads over the contexts still decoding
+            for v in busy:
+                self.llms[v].use_threads(max(1, self.threads // len(busy)))
+
         def work(w: int, mine: list[int]) -> None:  # _one never raises, so every job is answered
             for i in mine:
                 done.put((i, self._one(w, jobs[i])))
             with lending:
                 busy.discard(w)
-                for v in busy:
-                    self.llms[v].use_threads(max(1, self.threads // len(busy)))
+                spread()
 
-        for llm in self.llms[:workers]:
-            llm.use_threads(max(1, self.threads // workers))
+        spread()
         threads = [threading.Thread(target=work, args=(w, mine), name=f"llamacpp-{w}", daemon=True)
                    for w, mine in enumerate(assign(jobs, workers))]
         for t in threads:
