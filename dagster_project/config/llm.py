@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from dagster_project.config.base import Strict
 from dagster_project.config.home import home_path
 
+TRAINED_BACKENDS = ("llamacpp", "transformers", "vllm")  # the backends that serve `training/<name>` models
 
 Quantize = Literal["q8_0", "q4_0"]  # llama.cpp file types a llamacpp role may re-encode its GGUF to
 
@@ -60,9 +61,9 @@ class RoleConfig(Strict):
             raise ValueError("set base_url (one server) or base_urls (a pool), not both")
         if self.backend == "openai" and not self.endpoints:
             raise ValueError("backend 'openai' needs base_url (e.g. https://api.openai.com/v1) or base_urls")
-        if self.model.startswith("training/") and self.backend not in ("transformers", "vllm"):
-            raise ValueError(f"model {self.model!r} (a trained model) needs backend 'transformers' or 'vllm', "
-                             f"got {self.backend!r}")
+        if self.model.startswith("training/") and self.backend not in TRAINED_BACKENDS:
+            raise ValueError(f"model {self.model!r} (a trained model) needs backend "
+                             f"{' / '.join(map(repr, TRAINED_BACKENDS))}, got {self.backend!r}")
         return self
 
     @property
@@ -70,6 +71,14 @@ class RoleConfig(Strict):
         """The servers behind this role: base_urls, or [base_url], or none (a local backend)."""
         return list(self.base_urls) or ([self.base_url] if self.base_url else [])
 
+
+
+def trained_role(reference: RoleConfig | None, model: str) -> RoleConfig:
+    """A role serving the trained `model` the way `reference` (its training base, evaluation.trained_baseline) is
+    served: the same settings and backend when that backend serves trained models, else on transformers."""
+    ref = reference or RoleConfig(backend="transformers")
+    backend = ref.backend if ref.backend in TRAINED_BACKENDS else "transformers"
+    return ref.model_copy(update={"backend": backend, "model": model})
 
 
 ROLE_NAMES = (

@@ -35,8 +35,17 @@ from dagster_project.llm.chat import (
 )
 from dagster_project.llm.identity import cache_identity
 from dagster_project.llm.redact import Redactor
+from dagster_project.llm.trained import TRAINING_PREFIX
 
-SINGLE_RESIDENT = {"transformers"}  # in-process weights: a new model of this backend replaces the last one in memory
+
+
+def single_resident(cfg: RoleConfig) -> str | None:
+    """The kind of in-process weights kept one model at a time (a new model of the kind replaces the last in
+    memory): transformers models, and llama.cpp serving a trained model (with an adapter it reads the whole file,
+    no mmap); None for the rest."""
+    if cfg.backend == "transformers":
+        return "transformers"
+    return "llamacpp-trained" if cfg.backend == "llamacpp" and cfg.model.startswith(TRAINING_PREFIX) else None
 
 
 class DryRun(Protocol):
@@ -118,8 +127,9 @@ class LLMClient:
     def backend(self, cfg: RoleConfig) -> Backend:
         key = cfg.model_dump_json()  # the whole role config: key, limits and engine settings are per role
         if key not in self._backends:
-            if cfg.backend in SINGLE_RESIDENT:  # one evaluation run serves many trained models, one after another
-                for old in [k for k in self._backends if RoleConfig.model_validate_json(k).backend == cfg.backend]:
+            kind = single_resident(cfg)
+            if kind:  # one evaluation run serves many trained models, one after another
+                for old in [k for k in self._backends if single_resident(RoleConfig.model_validate_json(k)) == kind]:
                     del self._backends[old]
             self._backends[key] = self._factories[cfg.backend](cfg)
         return self._backends[key]

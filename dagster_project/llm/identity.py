@@ -34,6 +34,9 @@ def cache_identity(cfg: RoleConfig) -> dict[str, str]:
         ident["dtype"] = str(cfg.engine_kwargs["dtype"])  # (absent: the default, keys as before)
     if cfg.backend == "openai":
         return ident | {"endpoint": " ".join(sorted({normalize_url(u) for u in cfg.endpoints}))}
+    if cfg.backend == "llamacpp" and cfg.model.startswith(TRAINING_PREFIX):  # its GGUF base + adapters (lora_gguf.py)
+        return ident | {"model_file": served_fingerprint(cfg.model, merged=False), "quantize": str(cfg.quantize),
+                        "revision": LLAMACPP_REVISION}
     if cfg.backend == "llamacpp":
         return ident | {"model_file": _gguf_fingerprint(cfg.model, cfg.quantize), "revision": LLAMACPP_REVISION}
     if cfg.backend == "transformers" or cfg.model.startswith(TRAINING_PREFIX):  # vllm serves trained models too
@@ -50,11 +53,11 @@ def normalize_url(url: str) -> str:
     return urlunsplit((parts.scheme.lower(), netloc, parts.path.rstrip("/"), "", ""))
 
 
-def served_fingerprint(model: str) -> str:
+def served_fingerprint(model: str, merged: bool = True) -> str:
     """The transformers backend's weights (a folder, a GGUF it converts, or a trained model's base) and adapters;
     "missing" when a trained model is not built yet (the backend fails those rows)."""
     try:
-        served = served_model(model)
+        served = served_model(model, merged=merged)
     except (TrainedModelMissing, ValueError):
         return "missing"
     parts = [_weights_fingerprint(served.weights, served.base_fingerprint), *map(fingerprint, served.adapters)]

@@ -1,5 +1,5 @@
-"""One LoRA adapter for a stacked trained model (DPO trained on base + the merged SFT adapter), for vLLM, which applies
-one adapter per request.
+"""One LoRA adapter for a stacked trained model (DPO trained on base + the merged SFT adapter), for vLLM and llama.cpp,
+which apply one adapter.
 
 A LoRA adapter adds s * B @ A to a weight; merging SFT and then DPO adds s1 * B1 @ A1 + s2 * B2 @ A2, which is exactly
 one adapter of rank r1 + r2: A = [s1 * A1; s2 * A2], B = [B1, B2], scaling 1 (peft's `add_weighted_adapter(...,
@@ -15,7 +15,10 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from dagster_project.config.home import home_path
+
 CONFIG, WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
+STACKS_DIR = ".cache/adapters"  # below CLARIFY_HOME: stacks and llama.cpp adapter files, built once per fingerprint
 UNSUPPORTED = ("use_dora", "modules_to_save", "rank_pattern", "alpha_pattern", "target_parameters")
 
 
@@ -28,7 +31,8 @@ def adapter_rank(folder: Path) -> int:
     return int(json.loads((folder / CONFIG).read_text())["r"])
 
 
-def _scaling(cfg: dict, path: Path) -> float:
+def adapter_scaling(cfg: dict, path: Path) -> float:
+    """peft's factor on B @ A (alpha / r, or alpha / sqrt(r) with rsLoRA); refuses what is not plain LoRA."""
     for field in UNSUPPORTED:
         if cfg.get(field):
             raise AdapterStackError(f"{path / CONFIG}: field {field!r} is set; only plain LoRA adapters can be stacked")
@@ -36,7 +40,7 @@ def _scaling(cfg: dict, path: Path) -> float:
     return alpha / r ** 0.5 if cfg.get("use_rslora") else alpha / r
 
 
-def _modules(tensors: dict, path: Path) -> dict[str, tuple]:
+def lora_modules(tensors: dict, path: Path) -> dict[str, tuple]:
     """{module prefix: (A, B)} from an adapter's tensors; any other tensor is refused by name."""
     pairs: dict[str, dict[str, object]] = {}
     for key, t in tensors.items():
@@ -59,7 +63,8 @@ def stack_adapters(adapters: Sequence[Path], out: Path) -> Path:
     if (out / WEIGHTS).is_file():
         return out
     configs = [json.loads((a / CONFIG).read_text()) for a in adapters]
-    parts = [(_scaling(c, a), int(c["r"]), _modules(load_file(a / WEIGHTS), a)) for c, a in zip(configs, adapters)]
+    parts = [(adapter_scaling(c, a), int(c["r"]), lora_modules(load_file(a / WEIGHTS), a))
+             for c, a in zip(configs, adapters)]
     total = sum(r for _, r, _ in parts)
     merged: dict[str, torch.Tensor] = {}
     for module in sorted({m for _, _, mods in parts for m in mods}):
@@ -93,3 +98,13 @@ def stack_adapters(adapters: Sequence[Path], out: Path) -> Path:
         if not (out / WEIGHTS).is_file():
             raise
     return out
+
+
+def lora_adapter(model: str, adapters: tuple[Path, ...]) -> Path:
+    """The one adapter folder served for a trained model (vLLM, llama.cpp): its adapter, or its stack built once."""
+    if len(adapters) == 1:
+        return adapters[0]
+    from dagster_project.llm.identity import served_fingerprint
+    from dagster_project.llm.trained import training_name
+
+    return stack_adapters(adapters, home_path(STACKS_DIR) / f"{training_name(model)}-{served_fingerprint(model)}")

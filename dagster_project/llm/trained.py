@@ -51,8 +51,9 @@ def missing_message(model: str, subject: str | None, problem: str) -> str:
     return f"{who}: {problem}; build it with `{BUILD_COMMAND}`"
 
 
-def served_model(model: str, subject: str | None = None) -> ServedModel:
-    """The weights and adapters behind a model spec; raises TrainedModelMissing for an unbuilt training folder."""
+def served_model(model: str, subject: str | None = None, merged: bool = True) -> ServedModel:
+    """The weights and adapters behind a model spec; raises TrainedModelMissing for an unbuilt training folder.
+    `merged=False`: the base and adapters even when merged weights exist (llama.cpp applies the adapter itself)."""
     if training_name(model) is None:
         return ServedModel(weights=model)
     folder = training_dir(model)
@@ -63,9 +64,8 @@ def served_model(model: str, subject: str | None = None) -> ServedModel:
         meta = json.loads(meta_file.read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise TrainedModelMissing(missing_message(model, subject, f"{meta_file} is not readable JSON ({err})")) from None
-    merged = folder / "model"
-    if (merged / "config.json").is_file():
-        return ServedModel(weights=str(merged), tokenizer=str(merged))
+    if merged and (folder / "model" / "config.json").is_file():
+        return ServedModel(weights=str(folder / "model"), tokenizer=str(folder / "model"))
     adapter = folder / "adapter"
     if not (adapter / "adapter_config.json").is_file():
         raise TrainedModelMissing(missing_message(model, subject, f"{adapter} holds no adapter_config.json"))

@@ -28,7 +28,7 @@ def test_loop_preset_trains_clarilm_sft_and_scores_it_against_its_base_on_held_o
     assert loop.training.models == ["clarilm_sft"] and loop.training.sft.max_steps == -1
     assert loop.questions.max_selected is None and 0 < loop.questions.test_fraction < 1
     assert loop.evaluation.datasets == ["clarilm_test", "in3"] and loop.evaluation.trained_datasets is None
-    assert loop.evaluation.trained_baseline == demo.evaluation.trained_baseline == "smollm2_hf"
+    assert loop.evaluation.trained_baseline == demo.evaluation.trained_baseline == "smollm2"
     assert loop.evaluation.external["in3"].path == "data/external/in3_test.jsonl"
     assert (REPO / loop.evaluation.external["in3"].path).is_file()
     assert loop.llm == demo.llm  # same models and backends as the demo: only sizes and the trained model list change

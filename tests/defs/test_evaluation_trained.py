@@ -69,8 +69,9 @@ def test_subject_methods_plan_only_their_partitions(tmp_path):
         parse_params({"evaluation": {"subject_methods": {"nobody": ["base"]}}})
     with pytest.raises(ParamsError, match="subject_methods.smollm2"):
         parse_params({"evaluation": {"methods": ["base"], "subject_methods": {"smollm2": ["cot"]}}})
-    with pytest.raises(ParamsError, match="needs backend 'transformers' or 'vllm'"):
-        parse_params({"llm": {"subjects": {"x": {"backend": "llamacpp", "model": "training/x"}}}})
+    with pytest.raises(ParamsError, match="needs backend 'llamacpp' / 'transformers' / 'vllm', got 'openai'"):
+        parse_params({"llm": {"subjects": {"x": {"backend": "openai", "model": "training/x",
+                                                 "base_url": "http://127.0.0.1:1/v1"}}}})
 
 
 def test_missing_model_gives_input_error_rows_then_the_built_one_runs_and_unplanned_partitions_are_empty(

@@ -18,14 +18,15 @@ def base_dir() -> Path:
     return hf_model_dir("smollm2-135m-instruct").resolve()
 
 
-def save_adapter(base_dir: Path, folder: Path, seed: int, r: int, targets: list[str], rslora: bool = False) -> None:
+def save_adapter(base_dir: Path, folder: Path, seed: int, r: int, targets: list[str], rslora: bool = False,
+                 alpha: int = 16) -> None:
     """A random LoRA adapter (A and B both non-zero) with the tokenizer, as the training group saves one."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
-    get_peft_model(model, LoraConfig(r=r, lora_alpha=16, target_modules=targets, init_lora_weights=False,
+    get_peft_model(model, LoraConfig(r=r, lora_alpha=alpha, target_modules=targets, init_lora_weights=False,
                                      use_rslora=rslora)).save_pretrained(folder)
     AutoTokenizer.from_pretrained(base_dir).save_pretrained(folder)
 

@@ -22,6 +22,8 @@ def training_base(model: str, default_base: str) -> tuple[str, ...]:
 
 
 def _serving(cfg: RoleConfig) -> str:
+    if cfg.backend == "llamacpp":  # the GGUF file's own types, or the role's re-encoding of it
+        return f"llamacpp, quantize {cfg.quantize or 'none (the file as it is)'}"
     kw = cfg.engine_kwargs
     return f"{cfg.backend}, dtype {kw.get('dtype', 'auto')}, device {kw.get('device', 'auto')}"
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from dagster_project.config import Params, RoleConfig
+from dagster_project.config.llm import trained_role
 from dagster_project.core.training.reference import reference_problem
 from dagster_project.core.training.template import TrainedTemplate, load_trained_template
 from dagster_project.lib.resources import LLMResource
@@ -41,13 +42,12 @@ def trained_subjects(params: Params, table: pl.DataFrame) -> list[TrainedSubject
     before templates were recorded: retrain it), says why in `missing`."""
     by_model = {cfg.model: name for name, cfg in params.llm.subjects.items()}
     ref = reference_subject(params)
-    ref_role = params.llm.subjects[ref] if ref in params.llm.subjects else RoleConfig(backend="transformers")
+    ref_role = params.llm.subjects.get(ref or "")
     out = []
     for r in table.iter_rows(named=True):
         model = f"{TRAINING_PREFIX}{r['model']}"
         subject = by_model.get(model, r["model"])
-        role = params.llm.subjects.get(subject) or ref_role.model_copy(update={"backend": "transformers",
-                                                                               "model": model})
+        role = params.llm.subjects.get(subject) or trained_role(ref_role, model)
         missing, template = None, None
         if r["status"] not in SERVABLE:
             missing = f"training/{r['model']}: {r['status']} ({r['reason'] or 'no reason recorded'})"

@@ -17,6 +17,7 @@ import dagster as dg
 import polars as pl
 
 from dagster_project.config import Params, RoleConfig
+from dagster_project.config.llm import trained_role
 from dagster_project.core.double_turn import preferences, qa, simulation, split
 from dagster_project.core.double_turn.candidates import CANDIDATE_SCHEMA
 from dagster_project.core.double_turn.exports import dpo_exports
@@ -43,15 +44,12 @@ def exports_dir() -> Path:
 
 def sft_subject(params: Params) -> tuple[str, RoleConfig]:
     """The subject that serves training/double_turn_sft: its llm.subjects entry when params has one, else a subject
-    of that name served like the reference (evaluation.trained_baseline) on the transformers backend."""
+    of that name served like the reference (evaluation.trained_baseline; config/llm.py `trained_role`)."""
     model = f"training/{SFT}"
     for name, role in params.llm.subjects.items():
         if role.model == model:
             return name, role
-    ref = params.llm.subjects.get(params.evaluation.trained_baseline or "")
-    base = ref if ref is not None else RoleConfig(backend="transformers")
-    backend = "vllm" if base.backend == "vllm" else "transformers"  # the two backends that serve trained models
-    return SFT, base.model_copy(update={"backend": backend, "model": model})
+    return SFT, trained_role(params.llm.subjects.get(params.evaluation.trained_baseline or ""), model)
 
 
 def _checked_template(params: Params, subject: str) -> None:

@@ -1,4 +1,5 @@
-"""llama.cpp in-process on CPU: the embedded default (a small GGUF model extracted from a PyPI wheel at install)."""
+"""llama.cpp in-process on CPU: the embedded default (a small GGUF model extracted from a PyPI wheel at install), and
+trained models (`training/<name>`) as that GGUF with their LoRA adapter applied by llama.cpp (lora_gguf.py)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dagster_project.config import RoleConfig
-from dagster_project.config.home import MODELS_ENV
+from dagster_project.config.home import MODELS_ENV, home_path
 from dagster_project.llm.backends.base import Job, JobOutput, short_error
 from dagster_project.llm.models import KNOWN_GGUF, known_gguf_path, requantized
+from dagster_project.llm.trained import served_model, training_meta, training_name
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,31 @@ def gguf_to_load(model: str, quantize: str | None) -> Path:
     """The file a llamacpp role runs: its model, or that model re-encoded as `quantize` (RoleConfig.quantize)."""
     path = resolve_gguf(model)
     return requantized(path, quantize) if quantize else path
+
+
+def trained_base(model: str) -> str:
+    """The GGUF a trained model's base was converted from: training.json's configured base_model (training.base_model:
+    a GGUF alias or .gguf file); a base given as an HF folder or hub id has none, and llama.cpp cannot serve it."""
+    base = str(((training_meta(model) or {}).get("config") or {}).get("base_model") or "")
+    if base not in KNOWN_GGUF and not base.endswith(".gguf"):
+        raise ValueError(f"{model}: trained from {base!r}, not from a GGUF; backend llamacpp serves a trained model on "
+                         "the GGUF its base was converted from (training.base_model), else use backend transformers "
+                         "or vllm")
+    return base
+
+
+def trained_files(model: str, quantize: str | None) -> tuple[Path, Path]:
+    """(GGUF to load, llama.cpp adapter file) for `training/<name>`: its base GGUF, re-encoded like any llamacpp role's,
+    and its adapters (stacked when it continued another model) as one llama.cpp adapter written once (lora_gguf.py)."""
+    from dagster_project.llm.identity import served_fingerprint
+    from dagster_project.llm.lora_gguf import write_lora_gguf
+    from dagster_project.llm.lora_stack import STACKS_DIR, lora_adapter
+
+    served = served_model(model, merged=False)
+    base = gguf_to_load(trained_base(model), None)
+    name = f"{training_name(model)}-{served_fingerprint(model, merged=False)}.gguf"
+    lora = write_lora_gguf(lora_adapter(model, served.adapters), base, home_path(STACKS_DIR) / name)
+    return (requantized(base, quantize) if quantize else base), lora
 
 
 @lru_cache(maxsize=128)
@@ -136,7 +163,10 @@ class LlamaCppBackend:
         self.cfg = cfg
         self.threads = cfg.n_threads or os.cpu_count() or 2
         self.parallel = min(cfg.parallel or (2 if self.threads >= 2 else 1), self.threads)
-        self.path = str(gguf_to_load(cfg.model, cfg.quantize))
+        # a trained model (training/<name>): its base GGUF with its LoRA adapter applied by llama.cpp
+        path, lora = trained_files(cfg.model, cfg.quantize) if training_name(cfg.model) else \
+            (gguf_to_load(cfg.model, cfg.quantize), None)
+        self.path, self.lora = str(path), {"lora_path": str(lora)} if lora else {}
         self.llms: list[Any] = []
         self.contexts(1)  # a missing or broken model fails here, as the backend is built
 
@@ -159,7 +189,7 @@ class LlamaCppBackend:
 
         return PrefixReuseLlama(model_path=self.path, n_ctx=self.cfg.n_ctx, verbose=False, n_threads=self.threads,
                                 n_threads_batch=self.threads, seed=self.cfg.seed,
-                                prefix_cache_bytes=(self.cfg.prefix_cache_mb << 20) // self.parallel)
+                                prefix_cache_bytes=(self.cfg.prefix_cache_mb << 20) // self.parallel, **self.lora)
 
     @classmethod
     def _slot(cls, w: int) -> threading.Lock:

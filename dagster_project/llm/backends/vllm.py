@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from dagster_project.config import RoleConfig
-from dagster_project.config.home import home_path
 from dagster_project.llm.backends.base import Job, JobOutput, short_error
+from dagster_project.llm.lora_stack import lora_adapter
 from dagster_project.llm.trained import served_model, training_name
 
-STACKS_DIR = ".cache/adapters"  # below CLARIFY_HOME: stacked adapters built once per fingerprint
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM accepts for max_lora_rank
 
 
@@ -42,16 +41,6 @@ def vllm_engine_kwargs(kwargs: dict[str, Any], on_cpu: bool | None = None, cpuin
 
         on_cpu = current_platform.is_cpu()
     return {**kwargs, "dtype": "float32"} if on_cpu and cpu_lacks_bf16(cpuinfo) else dict(kwargs)
-
-
-def lora_adapter(model: str, adapters: tuple[Path, ...]) -> Path:
-    """The one adapter folder vLLM loads for a trained model: its adapter, or its stack built once."""
-    if len(adapters) == 1:
-        return adapters[0]
-    from dagster_project.llm.identity import served_fingerprint
-    from dagster_project.llm.lora_stack import stack_adapters
-
-    return stack_adapters(adapters, home_path(STACKS_DIR) / f"{training_name(model)}-{served_fingerprint(model)}")
 
 
 def lora_rank_setting(adapter: Path) -> int:
