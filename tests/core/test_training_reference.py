@@ -39,3 +39,24 @@ def test_two_models_trained_on_the_same_base_are_a_fair_pair(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     dpo = RoleConfig(backend="transformers", model="training/clarilm_dpo")
     assert reference_problem("clarilm_dpo", dpo, "clarilm_sft", TRAINED, "smollm2-135m-instruct") is None
+
+
+def test_on_llama_cpp_the_reference_must_run_the_same_re_encoding(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    trained = RoleConfig(backend="llamacpp", model="training/clarilm_sft", quantize="q8_0")
+    base = RoleConfig(backend="llamacpp", model="smollm2-135m-instruct", quantize="q8_0")
+    assert reference_problem("clarilm_sft", trained, "smollm2", base, "smollm2-135m-instruct") is None
+    why = reference_problem("clarilm_sft", trained, "smollm2", base.model_copy(update={"quantize": None}),
+                            "smollm2-135m-instruct")
+    assert "served by llamacpp, quantize none (the file as it is)" in why and "llamacpp, quantize q8_0" in why
+
+
+def test_a_trained_model_is_served_like_its_reference():
+    from dagster_project.config.llm import trained_role
+
+    gguf = RoleConfig(backend="llamacpp", model="smollm2-135m-instruct", quantize="q8_0", n_ctx=4096)
+    assert trained_role(gguf, "training/x") == gguf.model_copy(update={"model": "training/x"})
+    assert trained_role(SMALL, "training/x").backend == "transformers"
+    api = RoleConfig(backend="openai", model="gpt", base_url="http://127.0.0.1:9/v1")
+    assert trained_role(api, "training/x").backend == "transformers"  # an endpoint cannot load an adapter folder
+    assert trained_role(None, "training/x") == RoleConfig(backend="transformers", model="training/x")
