@@ -14,12 +14,12 @@ TINY = {
     "intents": {"n_edit_train": 1, "n_edit_test": 0, "n_pair_train": 0, "n_pair_test": 0,
                 "n_unambiguous_train": 2, "max_turns": 2, "n_test_unambiguous": 1, "n_test_ood": 1,
                 "n_test_dropout": 1, "examples_per_intent": 1},
-    # the embedded model for every method; the HF base and two trained models (plain prompting) close the loop
+    # the embedded model for every method; two trained models (plain prompting), served like it on llama.cpp with
+    # their LoRA adapters (as the demo does), close the loop against it
     "llm": {"cache_path": ".cache/llm_cache.sqlite",
             "subjects": {"smollm2": {"backend": "llamacpp", "model": "smollm2-135m-instruct"},
-                         "smollm2_hf": {"backend": "transformers", "model": "smollm2-135m-instruct"},
-                         "clarilm_sft": {"backend": "transformers", "model": "training/clarilm_sft"},
-                         "clarilm_dpo": {"backend": "transformers", "model": "training/clarilm_dpo"}}},
+                         "clarilm_sft": {"backend": "llamacpp", "model": "training/clarilm_sft"},
+                         "clarilm_dpo": {"backend": "llamacpp", "model": "training/clarilm_dpo"}}},
     # ClariLM (logs -> questions -> facets -> annotations): ~20 short LLM calls in all
     "logs": {"max_extractions": 3},
     "questions": {"ql_max_llm_checks": 4, "n_personas": 1, "questions_per_persona": 2, "max_selected": 2},
@@ -32,7 +32,7 @@ TINY = {
     "evaluation": {"subject_max_tokens": 32, "methods": ["base", "clarify_agent", "clarify_agent_no_planner"],
                    "max_dialogues": None, "judge_per_subtype": 1, "judge_pairs": [["clarify_agent", "base"]],
                    "bertscore": False, "datasets": ["clarifymt", "clarilm_test"], "dataset_methods": None,
-                   "subject_methods": {"smollm2_hf": ["base"], "clarilm_sft": ["base"], "clarilm_dpo": ["base"]},
+                   "subject_methods": {"clarilm_sft": ["base"], "clarilm_dpo": ["base"]}, "trained_baseline": "smollm2",
                    "trained_pairs": [["clarilm_dpo", "clarilm_sft"]],
                    # model-vs-model judging (Fig. 4) would evaluate its two subjects on more datasets than the others;
                    # tests/core/test_judge_subjects.py covers it

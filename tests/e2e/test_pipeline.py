@@ -32,19 +32,20 @@ def test_dvc_repro_builds_both_groups_then_skips_and_sweeps(project, monkeypatch
         want = ["clarify", "answer"] if row["persona"] == "precise" else ["clarify", "clarify", "clarify"]
         assert row["reference_action"] == want, row
     # predictions: one partition per planned subject x method (TINY: the embedded model with base, clarify_agent and
-    # one ablation; the HF base and two trained models with base only), on clarifymt + ClariLM's held-out split
+    # one ablation; two trained models with base only), on clarifymt + ClariLM's held-out split
     p = read_asset(project / "assets", "evaluation", "predictions")
     ext = pl.read_parquet(project / "assets/evaluation/external_dialogues.parquet")
     assert set(ext["dataset"]) <= {"clarilm_test"}  # TINY's 2 selected questions may leave the held-out split empty
-    assert len(list((project / "assets/evaluation/predictions").rglob("*.parquet"))) == 6
-    assert p.height == 6 * (d.height + ext.height)  # every turn, every planned partition
+    assert len(list((project / "assets/evaluation/predictions").rglob("*.parquet"))) == 5
+    assert p.height == 5 * (d.height + ext.height)  # every turn, every planned partition
     assert set(p["method"]) == {"base", "clarify_agent", "clarify_agent_no_planner"}
-    assert set(p["subject"]) == {"smollm2", "smollm2_hf", "clarilm_sft", "clarilm_dpo"}
+    assert set(p["subject"]) == {"smollm2", "clarilm_sft", "clarilm_dpo"}
     assert set(p.filter(pl.col("subject") != "smollm2")["method"]) == {"base"}
-    # the loop closed: trained models vs the HF base and DPO vs SFT, per dataset, each with a verdict in words
+    # the loop closed: trained models vs their base (llama.cpp, the same file) and DPO vs SFT, per dataset, each with
+    # a verdict in words
     tc = pl.read_parquet(project / "assets/evaluation/trained_comparison.parquet")
     assert {(r["subject"], r["reference"]) for r in tc.iter_rows(named=True)} == {
-        ("clarilm_sft", "smollm2_hf"), ("clarilm_dpo", "smollm2_hf"), ("clarilm_dpo", "clarilm_sft")}
+        ("clarilm_sft", "smollm2"), ("clarilm_dpo", "smollm2"), ("clarilm_dpo", "clarilm_sft")}
     assert tc["verdict"].null_count() == 0
     # the agent ran every turn (the tiny model's Output step often breaks the protocol: parse_error, still decided)
     agent = p.filter((pl.col("method") == "clarify_agent") & pl.col("status").is_in(["ok", "parse_error"]))
