@@ -38,7 +38,6 @@ from dagster_project.llm.redact import Redactor
 from dagster_project.llm.trained import TRAINING_PREFIX
 
 
-
 def single_resident(cfg: RoleConfig) -> str | None:
     """The kind of in-process weights kept one model at a time (a new model of the kind replaces the last in
     memory): transformers models, and llama.cpp serving a trained model (with an adapter it reads the whole file,

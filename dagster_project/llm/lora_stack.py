@@ -101,10 +101,12 @@ def stack_adapters(adapters: Sequence[Path], out: Path) -> Path:
 
 
 def lora_adapter(model: str, adapters: tuple[Path, ...]) -> Path:
-    """The one adapter folder served for a trained model (vLLM, llama.cpp): its adapter, or its stack built once."""
+    """The one adapter folder served for a trained model (vLLM, llama.cpp): its adapter, or its stack built once,
+    named by the fingerprint of the base and the adapters it stacks (not of a merged folder beside them)."""
     if len(adapters) == 1:
         return adapters[0]
     from dagster_project.llm.identity import served_fingerprint
     from dagster_project.llm.trained import training_name
 
-    return stack_adapters(adapters, home_path(STACKS_DIR) / f"{training_name(model)}-{served_fingerprint(model)}")
+    name = f"{training_name(model)}-{served_fingerprint(model, merged=False)}"
+    return stack_adapters(adapters, home_path(STACKS_DIR) / name)
