@@ -118,12 +118,14 @@ def test_subject_role_on_vllm_and_partial_cache(client):
     first = client.chat("subject:smollm2", _requests(4, temperature=0.0, max_tokens=32))
     assert all(r.ok for r in first) and backend.chat_calls == [4]
     # two more samples per request: only the missing sample indices are generated, in one call; greedy
-    # decoding (T=0) cannot give vLLM n > 1, so it decodes once and the samples are equal
+    # decoding (T=0) cannot give vLLM n > 1, so it decodes once and copies: the new samples are equal. They need
+    # not equal the cached sample 0: vLLM does not promise the same greedy tokens across calls (prefix caching
+    # and batch shapes change the arithmetic; a CI run saw them differ)
     more = client.chat("subject:smollm2", _requests(4, temperature=0.0, max_tokens=32, n=3))
     assert backend.chat_calls == [4, 4]
     assert all(r.ok and r.cache_hits == 1 and len(r.texts) == 3 for r in more), [r.error for r in more]
     assert [r.texts[0] for r in more] == [r.text for r in first]
-    assert all(len(set(r.texts)) == 1 for r in more)
+    assert all(r.texts[1] == r.texts[2] for r in more)
 
 
 def shared_vllm(params, client: LLMClient) -> LLMResource:
