@@ -23,44 +23,50 @@ from dagster_project.training.model_folder import RESULT_SCHEMA, result_row
 
 SFT_MODEL = "training/double_turn_sft"
 OUTPUT = "json"
-# what the scripted SFT model replies per question: greedy, then its two samples
-SFT_REPLIES = {
-    Q1: ({"action": "clarify", "text": GOOD_CQ}, {"action": "answer", "text": "James Cameron"},
-         {"action": "clarify", "text": GOOD_CQ}),
-    Q2: ({"action": "answer", "text": "Mary Shelley"}, {"action": "clarify", "text": "Do you mean the novel?"},
-         "not json"),
-    Q3: ({"action": "answer", "text": "Ottawa"},) * 3,
-}
+# what the scripted SFT model writes per question when its reply schema fixes the action (JSON): the greedy
+# clarifying question, then its two samples; and its one greedy direct answer
+SFT_QUESTIONS = {Q1: (GOOD_CQ, "not json", GOOD_CQ), Q2: ("Do you mean the novel?", "Which Frankenstein?",
+                                                          "Do you mean the novel?"),
+                 Q3: ("Which Canada do you mean?",) * 3}
+SFT_ANSWERS = {Q1: "James Cameron", Q2: "Mary Shelley", Q3: "Ottawa"}
+# what it replies in free text, deciding itself: greedy, then its two samples
+SFT_FREE_TEXT = {Q1: (f"Clarifying Question: {GOOD_CQ}", "James Cameron", f"Clarifying Question: {GOOD_CQ}"),
+                 Q2: ("Mary Shelley", "Clarifying Question: Do you mean the novel?", "Clarifying Question:"),
+                 Q3: ("Ottawa",) * 3}
 
 
 def sft_model(job, idx: int) -> str:
-    question = next(q for q in SFT_REPLIES if q in job.messages[-1]["content"])
-    reply = SFT_REPLIES[question][0 if job.sampling["temperature"] == 0 else 1 + idx]
-    return reply if isinstance(reply, str) else json.dumps(reply)
+    question = next(q for q in SFT_ANSWERS if q in job.messages[-1]["content"])
+    k = 0 if job.sampling["temperature"] == 0 else 1 + idx
+    if job.json_schema is None:
+        return SFT_FREE_TEXT[question][k]
+    action = job.json_schema["properties"]["action"]["const"]  # the asset fixes it
+    text = SFT_ANSWERS[question] if action == "answer" else SFT_QUESTIONS[question][k]
+    return text if text == "not json" else json.dumps({"action": action, "text": text})
 
 
-def _sft_folder(root, status: str) -> None:
+def _sft_folder(root, status: str, output: str) -> None:
     folder = root / "assets/training/double_turn_sft"
     (folder / "adapter").mkdir(parents=True)
     (folder / "adapter/adapter_config.json").write_text("{}")
     (folder / "training.json").write_text(json.dumps({"base_model": "smollm2-135m-instruct",
-                                                      "template": double_turn_template(OUTPUT).record()}))
+                                                      "template": double_turn_template(output).record()}))
     pl.DataFrame([{"model": "double_turn_sft", "kind": "sft", "status": status, "reason": "test"}],
                  schema=RESULT_SCHEMA).write_parquet(root / "assets/training/double_turn_sft.parquet")
 
 
 def _run(tmp_path, monkeypatch, sft_status: str = "trained", models=("double_turn_sft", "double_turn_dpo",
-                                                                       "single_turn_dpo")):
+                                                                       "single_turn_dpo"), output: str = OUTPUT):
     monkeypatch.chdir(tmp_path)
     _write_inputs(tmp_path)
-    _sft_folder(tmp_path, sft_status)
+    _sft_folder(tmp_path, sft_status, output)
     data = {"llm": {"cache_path": str(tmp_path / "cache.sqlite")},
             "training": {"models": list(models)},
             "double_turn": {"inputs": [{"path": "ambig.json", "format": "ambigqa", "split": "train"},
                                        {"path": "nq.jsonl", "format": "nq_open", "split": "train"},
                                        {"path": "ambig_eval.json", "format": "ambigqa", "split": "eval"}],
                             "max_queries": None, "sft_fraction": None, "n_clarify_sampled": 2,
-                            "subject_output": OUTPUT}}
+                            "subject_output": output}}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(data))
     params = load_params(tmp_path / "params.yaml")
     sent: dict[str, ScriptedBackend] = {}
@@ -98,12 +104,15 @@ def test_dpo_candidates_come_from_the_sft_model_and_the_dpo_models_learn_from_th
     result, sent, jobs = _run(tmp_path, monkeypatch)
     assert result.success
     assert all(c.passed for c in result.get_asset_check_evaluations())
-    # the SFT model got every candidate request, each in the Clarify-or-Direct prompt it was trained on
+    # the SFT model got every candidate request, each in the Clarify-or-Direct prompt it was trained on; the
+    # paper's set per query: a greedy and (one request for) 2 sampled clarifying questions, one greedy direct answer
     template = double_turn_template(OUTPUT)
     asked = sent[SFT_MODEL].jobs
-    assert len(asked) == 6  # 3 DPO-stage queries x (greedy + one request for the 2 samples)
+    assert len(asked) == 9  # 3 DPO-stage queries x 3 requests
     assert all(template.mismatch(list(j.messages)) is None for j in asked)
-    assert sorted(len(j.sample_indices) for j in asked) == [1, 1, 1, 2, 2, 2]
+    shape = sorted((j.json_schema["properties"]["action"]["const"], j.sampling["temperature"], len(j.sample_indices))
+                   for j in asked)
+    assert shape == [("answer", 0.0, 1)] * 3 + [("clarify", 0.0, 1)] * 3 + [("clarify", 1.0, 2)] * 3
     # ... and the prompted clarifier / answerer were not asked for candidates
     prompted = [j for j in sent["smollm2-135m-instruct"].jobs
                 if "clarifying_question" in (j.json_schema or {}).get("properties", {})
@@ -112,22 +121,24 @@ def test_dpo_candidates_come_from_the_sft_model_and_the_dpo_models_learn_from_th
 
     cands = _read(tmp_path, "double_turn_dpo_candidates").sort("candidate_id")
     assert set(cands["model"]) == {SFT_MODEL}
+    c1_reason = cands.filter(pl.col("candidate_id") == "q1:c1")["reason"][0]
     assert cands.select("candidate_id", "kind", "in_pairs", "reason").rows() == [
-        ("q1:r0", "clarify", True, None), ("q1:r1", "direct", True, None),
-        ("q1:r2", "clarify", False, "duplicate of q1:r0"),
-        ("q2:r0", "direct", True, None), ("q2:r1", "clarify", True, None),
-        ("q2:r2", "unusable", False, cands.filter(pl.col("candidate_id") == "q2:r2")["reason"][0]),
-        ("q3:r0", "direct", True, None),
-        ("q3:r1", "direct", False, "one direct answer per query: q3:r0 is in the pairs"),
-        ("q3:r2", "direct", False, "one direct answer per query: q3:r0 is in the pairs")]
-    assert cands.filter(pl.col("candidate_id") == "q2:r2")["reason"][0].startswith("parse_error")
+        ("q1:c0", "clarify", True, None), ("q1:c1", "unusable", False, c1_reason),
+        ("q1:c2", "clarify", False, "duplicate of q1:c0"), ("q1:d", "direct", True, None),
+        ("q2:c0", "clarify", True, None), ("q2:c1", "clarify", True, None),
+        ("q2:c2", "clarify", False, "duplicate of q2:c0"), ("q2:d", "direct", True, None),
+        ("q3:c0", "clarify", True, None), ("q3:c1", "clarify", False, "duplicate of q3:c0"),
+        ("q3:c2", "clarify", False, "duplicate of q3:c0"), ("q3:d", "direct", True, None)]
+    assert c1_reason.startswith("parse_error: invalid JSON")
 
-    # double-turn labels: q1's question serves both readings (1.0) over the answer (0.5); q2 ties -> the answer
+    # double-turn labels: q1's question serves both readings (1.0) over the answer (0.5); q2's questions tie with
+    # the answer -> the answer; q3's question leaks the answer (0) -> the answer
     pairs = _read(tmp_path, "double_turn_dpo_pairs").filter(pl.col("kept") & (pl.col("labeling") == "double_turn"))
-    assert sorted(pairs.select("chosen_id", "rejected_id").rows()) == [("q1:r0", "q1:r1"), ("q2:r0", "q2:r1")]
+    assert sorted(pairs.select("chosen_id", "rejected_id").rows()) == [
+        ("q1:c0", "q1:d"), ("q2:d", "q2:c0"), ("q2:d", "q2:c1"), ("q3:d", "q3:c0")]
     exports = _read(tmp_path, "double_turn_dpo_exports")
     rows = dict(zip(exports["export"], exports["rows"], strict=True))
-    assert rows["dpo_dataset"] == 2 and exports["written"].any()
+    assert rows["dpo_dataset"] == 4 and exports["written"].any()
 
     # both DPO models train on those exports, from the SFT adapter
     dt, st = jobs["double_turn_dpo"], jobs["single_turn_dpo"]
@@ -137,11 +148,35 @@ def test_dpo_candidates_come_from_the_sft_model_and_the_dpo_models_learn_from_th
     q1 = by_prompt[turn2_prompt("clarify_or_direct", Q1, OUTPUT)[-1]["content"]]
     assert json.loads(q1["chosen"][0]["content"]) == {"action": "clarify", "text": GOOD_CQ}
     assert json.loads(q1["rejected"][0]["content"]) == {"action": "answer", "text": "James Cameron"}
-    q2 = by_prompt[turn2_prompt("clarify_or_direct", Q2, OUTPUT)[-1]["content"]]
-    assert json.loads(q2["chosen"][0]["content"]) == {"action": "answer", "text": "Mary Shelley"}
+    q3 = by_prompt[turn2_prompt("clarify_or_direct", Q3, OUTPUT)[-1]["content"]]
+    assert json.loads(q3["chosen"][0]["content"]) == {"action": "answer", "text": "Ottawa"}
     # the held-out check compares the evaluation queries with these exports
     assert trained_on("double_turn_dpo")[0] == "training/double_turn_dpo_exports:dpo_dataset"
     assert trained_on("single_turn_dpo")[0] == "training/double_turn_dpo_exports:dpo_single_turn"
+
+
+def test_free_text_candidates_are_read_as_the_sft_model_decided(tmp_path, monkeypatch):
+    """Free-text replies carry no schema to fix the action: greedy + sampled replies, each a question or an answer
+    as the model wrote it, one direct answer per query in the pairs (greedy first)."""
+    result, sent, jobs = _run(tmp_path, monkeypatch, output="free_text")
+    assert result.success
+    asked = sent[SFT_MODEL].jobs
+    assert all(j.json_schema is None for j in asked)
+    assert sorted(len(j.sample_indices) for j in asked) == [1, 1, 1, 2, 2, 2]
+    cands = _read(tmp_path, "double_turn_dpo_candidates").sort("candidate_id")
+    assert cands.select("candidate_id", "kind", "in_pairs", "reason").rows() == [
+        ("q1:r0", "clarify", True, None), ("q1:r1", "direct", True, None),
+        ("q1:r2", "clarify", False, "duplicate of q1:r0"),
+        ("q2:r0", "direct", True, None), ("q2:r1", "clarify", True, None),
+        ("q2:r2", "unusable", False, "parse_error: empty clarifying question"),
+        ("q3:r0", "direct", True, None),
+        ("q3:r1", "direct", False, "one direct answer per query: q3:r0 is in the pairs"),
+        ("q3:r2", "direct", False, "one direct answer per query: q3:r0 is in the pairs")]
+    pairs = _read(tmp_path, "double_turn_dpo_pairs").filter(pl.col("kept") & (pl.col("labeling") == "double_turn"))
+    assert sorted(pairs.select("chosen_id", "rejected_id").rows()) == [("q1:r0", "q1:r1"), ("q2:r0", "q2:r1")]
+    by_prompt = {r["prompt"][-1]["content"]: r for r in jobs["double_turn_dpo"].rows}
+    q1 = by_prompt[turn2_prompt("clarify_or_direct", Q1, "free_text")[-1]["content"]]
+    assert q1["chosen"][0]["content"] == f"Clarifying Question: {GOOD_CQ}"
 
 
 def test_no_sft_model_no_candidates_and_dpo_is_skipped_with_the_reason(tmp_path, monkeypatch):

@@ -1,32 +1,52 @@
 """DPO candidates sampled from the SFT model (§4.1: "response pairs ... sampled from Clarify SFT model").
 
 The SFT model (training/double_turn_sft) learned the Clarify-or-Direct prompt, so it is asked in that prompt and
-reply format only: one greedy reply (T=0) and double_turn.n_clarify_sampled sampled ones (clarify_temperature; the
-paper: one greedy + five at T=1.0). Each reply is read as the model meant it (phi, or its JSON action): a clarifying
-question or a direct answer. One direct answer per query enters the pairs (the paper pairs the clarifying questions
-with a single greedy direct answer): the greedy reply when it answers, else the first sampled answer.
+reply format only. With JSON replies (double_turn.subject_output = json) the candidates are the paper's: one greedy
+(T=0) and double_turn.n_clarify_sampled sampled (clarify_temperature) clarifying questions, and one greedy direct
+answer (App. B: six questions, one T=0 and five T=1.0, and the single greedy direct answer), the reply schema fixing
+each one's action while the model writes its text. Free-text replies cannot be steered that way: there the greedy
+and sampled replies are read as the model meant them (phi), and the first direct answer per query enters the pairs.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 
 from dagster_project.config import DoubleTurnConfig
 from dagster_project.core.double_turn.answers import clarify_text
 from dagster_project.core.double_turn.candidates import candidate_row, candidate_table, sampling_items
-from dagster_project.core.double_turn.evaluation import parse_turn2, subject_reply_text, subject_task
-from dagster_project.llm.task import Chat, Outcome, Status, ask_all
+from dagster_project.core.double_turn.evaluation import Decision, parse_turn2, subject_reply_text, subject_task
+from dagster_project.llm.task import Ask, Chat, Outcome, Status, ask_all
 
 SFT_SYSTEM = "clarify_or_direct"  # the prompt the double_turn sft_dataset export (and so the SFT model) is in
+
+
+class _Clarifies(Decision):
+    """The Clarify-or-Direct reply with its action fixed to a clarifying question (the schema is the grammar)."""
+
+    action: Literal["clarify"]
+
+
+class _Answers(Decision):
+    """The Clarify-or-Direct reply with its action fixed to a direct answer."""
+
+    action: Literal["answer"]
+
+
+def _candidate_id(o: Outcome[dict[str, Any], Any]) -> str:
+    """<query>:c0 greedy question, :c1.. sampled ones, :d the direct answer (JSON); <query>:r0 greedy, :r1.. sampled
+    (free text, kind as decided)."""
+    k = o.sample + (0 if o.item["decoding"] == "greedy" else 1)
+    forced = o.item.get("forced")
+    return f"{o.item['query_id']}:" + ("d" if forced == "answer" else f"c{k}" if forced else f"r{k}")
 
 
 def _reply_row(o: Outcome[dict[str, Any], Any], output: str) -> dict[str, Any]:
     """A candidate row of one SFT reply: a clarifying question or a direct answer; a failed call or a reply that
     is neither is kind `unusable`, out of the pairs with the reason."""
-    k = o.sample + (0 if o.item["decoding"] == "greedy" else 1)
-    cid = f"{o.item['query_id']}:r{k}"
+    cid = _candidate_id(o)
     if o.status is Status.LLM_ERROR:
         return candidate_row(o, cid, "unusable")
     turn = parse_turn2(subject_reply_text(SFT_SYSTEM, o.raw_output or "", output))
@@ -52,14 +72,25 @@ def _one_direct(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def sft_candidates(chat: Chat, role: str, queries: pl.DataFrame, cfg: DoubleTurnConfig) -> pl.DataFrame:
-    """One row per reply of the SFT model (`role` serves it) to each DPO-stage query, in candidate_responses'
-    schema: <query>:r0 greedy, :r1.. sampled; kind clarify or direct as the reply decided; ``in_pairs`` / ``reason``
-    say whether it enters the preference pairs (unusable reply, duplicate question, or a second direct answer)."""
+def _asks(queries: pl.DataFrame, cfg: DoubleTurnConfig) -> list[Ask]:
+    """The requests: clarifying questions and one direct answer per query (JSON), or greedy + sampled replies as
+    decided (free text)."""
     task = subject_task(SFT_SYSTEM, cfg.subject_output)
     sampling = {"seed": cfg.seed, "max_tokens": cfg.subject_max_tokens}
     items = sampling_items(queries, cfg.n_clarify_sampled, sampling | {"temperature": cfg.clarify_temperature},
                            sampling | {"temperature": 0.0})
-    answers = ask_all(chat, role, [task.ask(it, {"question": it["question"]}, **it["sampling"]) for it in items])
+    if cfg.subject_output != "json":
+        return [task.ask(it, {"question": it["question"]}, **it["sampling"]) for it in items]
+    clarify, answer = task.with_reply(_Clarifies), task.with_reply(_Answers)
+    asks = [clarify.ask(it | {"forced": "clarify"}, {"question": it["question"]}, **it["sampling"]) for it in items]
+    return asks + [answer.ask(it | {"forced": "answer"}, {"question": it["question"]}, **it["sampling"])
+                   for it in items if it["decoding"] == "greedy"]
+
+
+def sft_candidates(chat: Chat, role: str, queries: pl.DataFrame, cfg: DoubleTurnConfig) -> pl.DataFrame:
+    """One row per reply of the SFT model (`role` serves it) to each DPO-stage query, in candidate_responses'
+    schema; ``in_pairs`` / ``reason`` say whether it enters the preference pairs (unusable reply, duplicate
+    question, or, in free text, a second direct answer)."""
+    answers = ask_all(chat, role, _asks(queries, cfg))
     rows = [_reply_row(o, cfg.subject_output) for a in answers for o in a.outcomes]
-    return candidate_table(queries, _one_direct(rows))
+    return candidate_table(queries, rows if cfg.subject_output == "json" else _one_direct(rows))
