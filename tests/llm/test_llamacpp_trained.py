@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from dagster_project.config import RoleConfig
+from dagster_project.core.double_turn.sft_candidates import ClarifyCandidate, DirectCandidate
 from dagster_project.llm.backends.base import Job
 from dagster_project.llm.backends.llamacpp import LlamaCppBackend, trained_files
 from dagster_project.llm.backends.transformers import load_model
@@ -18,6 +19,7 @@ from dagster_project.llm.hf_models import hf_model_dir
 from dagster_project.llm.identity import cache_identity
 from dagster_project.llm.lora_gguf import permute_rows
 from dagster_project.llm.lora_stack import lora_adapter
+from dagster_project.llm.task import reply_schema
 from dagster_project.llm.trained import served_model
 from tests.llm.test_lora_stack import save_adapter
 
@@ -110,11 +112,16 @@ def test_backend_serves_the_trained_model_with_grammar_and_its_own_cache_identit
     base_role = RoleConfig(backend="llamacpp", model=BASE, n_threads=2, parallel=1)
     greedy = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 12, "seed": 0}
     schema = {"type": "object", "properties": {"action": {"enum": ["answer", "clarify"]}}, "required": ["action"]}
+    # the double-turn DPO candidates' schemas fix the action: the model writes the reply kind it is asked for
+    forced = [reply_schema(ClarifyCandidate), reply_schema(DirectCandidate)]
     jobs = [Job([{"role": "user", "content": PROMPTS[0]}], greedy, [0], None),
-            Job([{"role": "user", "content": PROMPTS[0]}], {**greedy, "max_tokens": 48}, [0], schema)]
+            Job([{"role": "user", "content": PROMPTS[0]}], {**greedy, "max_tokens": 48}, [0], schema),
+            *(Job([{"role": "user", "content": PROMPTS[0]}], {**greedy, "max_tokens": 48}, [0], s) for s in forced)]
     mine, theirs = LlamaCppBackend(role).generate(jobs), LlamaCppBackend(base_role).generate(jobs)
     assert mine[0].texts != theirs[0].texts  # the adapter is applied
     assert json.loads(mine[1].texts[0])["action"] in ("answer", "clarify")  # the grammar holds the trained model too
+    # (the text may be cut at max_tokens: the action comes first, as the schema orders it)
+    assert [o.texts[0][:20] for o in mine[2:]] == ['{"action":"clarify",', '{"action":"answer","'], [o.texts for o in mine]
     ident = cache_identity(role)
     assert ident["model_file"] != cache_identity(base_role)["model_file"]
     assert cache_identity(role.model_copy(update={"quantize": "q8_0"})) != ident

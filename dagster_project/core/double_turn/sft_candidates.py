@@ -23,13 +23,13 @@ from dagster_project.llm.task import Ask, Chat, Outcome, Status, ask_all
 SFT_SYSTEM = "clarify_or_direct"  # the prompt the double_turn sft_dataset export (and so the SFT model) is in
 
 
-class _Clarifies(Decision):
+class ClarifyCandidate(Decision):
     """The Clarify-or-Direct reply with its action fixed to a clarifying question (the schema is the grammar)."""
 
     action: Literal["clarify"]
 
 
-class _Answers(Decision):
+class DirectCandidate(Decision):
     """The Clarify-or-Direct reply with its action fixed to a direct answer."""
 
     action: Literal["answer"]
@@ -81,7 +81,7 @@ def _asks(queries: pl.DataFrame, cfg: DoubleTurnConfig) -> list[Ask]:
                            sampling | {"temperature": 0.0})
     if cfg.subject_output != "json":
         return [task.ask(it, {"question": it["question"]}, **it["sampling"]) for it in items]
-    clarify, answer = task.with_reply(_Clarifies), task.with_reply(_Answers)
+    clarify, answer = task.with_reply(ClarifyCandidate), task.with_reply(DirectCandidate)
     asks = [clarify.ask(it | {"forced": "clarify"}, {"question": it["question"]}, **it["sampling"]) for it in items]
     return asks + [answer.ask(it | {"forced": "answer"}, {"question": it["question"]}, **it["sampling"])
                    for it in items if it["decoding"] == "greedy"]
