@@ -121,7 +121,8 @@ def test_backend_serves_the_trained_model_with_grammar_and_its_own_cache_identit
     assert mine[0].texts != theirs[0].texts  # the adapter is applied
     assert json.loads(mine[1].texts[0])["action"] in ("answer", "clarify")  # the grammar holds the trained model too
     # (the text may be cut at max_tokens: the action comes first, as the schema orders it)
-    assert [o.texts[0][:20] for o in mine[2:]] == ['{"action":"clarify",', '{"action":"answer","'], [o.texts for o in mine]
+    starts = [o.texts[0][:20] for o in mine[2:]]
+    assert starts == ['{"action":"clarify",', '{"action":"answer","'], [o.texts for o in mine]
     ident = cache_identity(role)
     assert ident["model_file"] != cache_identity(base_role)["model_file"]
     assert cache_identity(role.model_copy(update={"quantize": "q8_0"})) != ident
