@@ -79,9 +79,10 @@ def _chain(asset: Any) -> list[Any]:
     def double_turn_dpo_candidates(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                                    llm: dg.ResourceParam[LLMResource], qa_sets: pl.DataFrame,
                                    double_turn_sft: pl.DataFrame) -> pl.DataFrame:
-        """Per DPO-stage training query: one greedy and double_turn.n_clarify_sampled sampled replies of
-        training/double_turn_sft in the Clarify-or-Direct prompt it learned, each a clarifying question or a direct
-        answer (core/double_turn/sft_candidates.py). None when the SFT stage built no model (metadata says why)."""
+        """Per DPO-stage training query, from training/double_turn_sft in the Clarify-or-Direct prompt it learned: a
+        greedy and double_turn.n_clarify_sampled sampled clarifying questions and one greedy direct answer (JSON
+        replies; free text: replies as the model decided), core/double_turn/sft_candidates.py. None when the SFT
+        stage built no model (metadata says why)."""
         cfg = params.double_turn
         queries = split.stage_queries(qa.selected(qa_sets, "train"), "dpo", cfg.seed, cfg.sft_fraction)
         why = training.sft_stage_missing(double_turn_sft, SFT, "the DPO candidates")
