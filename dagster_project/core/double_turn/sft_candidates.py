@@ -61,9 +61,10 @@ def _reply_row(o: Outcome[dict[str, Any], Any], output: str) -> dict[str, Any]:
 
 
 def _one_direct(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Keep one direct answer per query in the pairs (the first by candidate number: greedy before sampled)."""
+    """Keep one direct answer per query in the pairs (the first: greedy before sampled). With JSON replies the
+    greedy `:d` request is the only one that can answer, so nothing changes there."""
     first: dict[str, str] = {}
-    for r in sorted(rows, key=lambda r: (r["query_id"], int(r["candidate_id"].rsplit(":r", 1)[1]))):
+    for r in sorted(rows, key=lambda r: (r["query_id"], r["decoding"] != "greedy", r["sample_index"])):
         if r["kind"] == "direct" and r["in_pairs"]:
             if r["query_id"] in first:
                 r.update(in_pairs=False, reason=f"one direct answer per query: {first[r['query_id']]} is in the pairs")
@@ -93,4 +94,4 @@ def sft_candidates(chat: Chat, role: str, queries: pl.DataFrame, cfg: DoubleTurn
     question, or, in free text, a second direct answer)."""
     answers = ask_all(chat, role, _asks(queries, cfg))
     rows = [_reply_row(o, cfg.subject_output) for a in answers for o in a.outcomes]
-    return candidate_table(queries, rows if cfg.subject_output == "json" else _one_direct(rows))
+    return candidate_table(queries, _one_direct(rows))
