@@ -13,6 +13,7 @@ from dagster_project.core.clarifymt.agent.base import BaseMethod
 from dagster_project.core.clarifymt.external import held_out_turns
 from dagster_project.core.clarifymt.trained import TemplateMethod, subject_method, trained_comparison
 from dagster_project.core.clarilm.annotations import format_response, held_out_rows
+from dagster_project.core.double_turn.evaluation import subject_task
 from dagster_project.core.double_turn.exports import turn2_prompt, turn2_target
 from dagster_project.core.intents.catalog import OOD_TARGET
 from dagster_project.core.training.template import (
@@ -94,6 +95,27 @@ def test_a_clarilm_model_is_asked_exactly_the_held_out_prompt_it_was_trained_on(
     predict_turns(TemplateMethod("base", template, "subject:x", 64), "x", _turns(), _scripted(template, prompts), None)
     cotap_messages = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}] for q in ITEMS]
     assert prompts == cotap_messages
+
+
+@pytest.mark.parametrize("template", [clarilm_template(SYSTEM), double_turn_template("json"),
+                                      double_turn_template("free_text")], ids=lambda t: t.parser)
+def test_a_json_trained_model_is_asked_with_the_schema_its_own_evaluation_sends(template):
+    """Table 1 asks the double-turn models with the Clarify-or-Direct reply schema (a grammar on llama.cpp), so
+    ClarifyMT asks them with the same one; free-text templates send none."""
+    seen: list = []
+
+    def chat(role, requests):
+        seen.extend(r.json_schema for r in requests)
+        return [ChatResult(texts=['{"action": "answer", "text": "4"}'], model="scripted") for _ in requests]
+
+    pred = predict_turns(TemplateMethod("base", template, "subject:x", 64), "x", _turns(), chat, None)
+    assert len(seen) == pred.height == len(ITEMS)
+    if template.parser == "double_turn_json":
+        want = subject_task("clarify_or_direct", "json").schema
+        assert want["properties"]["action"]["enum"] == ["answer", "clarify"]
+        assert seen == [want] * len(ITEMS) and set(pred["action"]) == {"answer"}
+    else:
+        assert seen == [None] * len(ITEMS)
 
 
 def test_double_turn_template_renders_the_export_prompt():

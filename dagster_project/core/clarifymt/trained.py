@@ -30,9 +30,9 @@ SCHEMA = {"dataset": pl.Utf8, "subject": pl.Utf8, "reference": pl.Utf8, "method"
 
 
 class TemplateMethod:
-    """A trained subject's method: each turn rendered with the template the model was trained on, one greedy call,
-    the reply read by that template's parser. Named like the method it stands for (evaluation.trained_method), so
-    its rows pair with the reference subject's."""
+    """A trained subject's method: each turn rendered with the template the model was trained on, one greedy call
+    (with the reply's JSON schema when the model learned JSON), the reply read by that template's parser. Named like
+    the method it stands for (evaluation.trained_method), so its rows pair with the reference subject's."""
 
     calls_per_turn = 1
 
@@ -41,8 +41,8 @@ class TemplateMethod:
 
     def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:
         t = self.template
-        requests = [ChatRequest.of(t.render(turn.history), t.version, temperature=0.0, max_tokens=self.max_tokens)
-                    for turn in turns]
+        requests = [ChatRequest.of(t.render(turn.history), t.version, t.json_schema, temperature=0.0,
+                                   max_tokens=self.max_tokens) for turn in turns]
         out = []
         for res in chat(self.role, requests) if requests else []:
             if res.error:

@@ -6,6 +6,7 @@ API (for every evaluation that serves a trained model):
     t = TrainedTemplate.from_record(meta["template"])   # or trained_template(model, subject) in core/clarifymt
     messages = t.render(history, **values)              # history: the dialogue so far, ending with the user
     decision = t.parse(reply, candidates=[...])         # llm.protocol.Decision(action, text)
+    t.json_schema                                       # a JSON reply's schema for the request, None for free text
 
 Record fields (training.json "template"): `name` (which export family), `system` (system prompt, a string.Template;
 "" = no system message), `user` (the user-message template), `slot` (the placeholder the latest user message
@@ -22,11 +23,13 @@ from dataclasses import asdict, dataclass, fields
 from string import Template
 from typing import Any
 
+from pydantic import BaseModel
+
 from dagster_project.io.status import Status
 from dagster_project.llm.chat import Message
 from dagster_project.llm.prompts import ReplyFormat, load_prompt
 from dagster_project.llm.protocol import Decision, parse_decision
-from dagster_project.llm.task import parse_json_object
+from dagster_project.llm.task import parse_json_object, reply_schema
 from dagster_project.llm.trained import TrainedModelMissing, missing_message, recorded_template, training_dir
 
 _CLARILM_RE = re.compile(r"^[\s\"'*_`>#]*need\s+clarification\s*[:\-]?[\s*_`\"']*(yes|no)\b[\s.:;,*_`\"'-]*",
@@ -105,6 +108,20 @@ PARSERS: dict[str, Callable[..., Decision]] = {
 }
 
 
+def _json_reply(parser: str) -> type[BaseModel] | None:
+    """The JSON reply a parser reads (None: free text): requests carry its schema, as the model's own paper's
+    evaluation sends it, so a grammar-constrained backend keeps the reply in the format the model learned."""
+    if parser == "double_turn_json":
+        from dagster_project.core.double_turn.evaluation import Decision as ClarifyOrDirect
+
+        return ClarifyOrDirect
+    if parser == "fm_log_facet":
+        from dagster_project.core.clarilm.facets import Facet
+
+        return Facet
+    return None
+
+
 class TemplateError(ValueError):
     """A template record that cannot be used (a missing field, an unknown parser)."""
 
@@ -131,6 +148,12 @@ class TrainedTemplate:
         """name@sha256 prefix of the prompt parts: the prompt_version of the requests it renders."""
         digest = hashlib.sha256(f"{self.system}\x00{self.user}\x00{self.parser}".encode()).hexdigest()[:12]
         return f"trained:{self.name}@{digest}"
+
+    @property
+    def json_schema(self) -> dict[str, Any] | None:
+        """The schema of a JSON reply format, sent with every request it renders; None for free text."""
+        reply = _json_reply(self.parser)
+        return reply_schema(reply) if reply is not None else None
 
     def values_needed(self) -> list[str]:
         """Placeholders besides `slot` that `render` must be given (the intents catalogue and examples)."""
