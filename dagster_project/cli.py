@@ -265,7 +265,7 @@ def summary(show_all: bool = typer.Option(False, "--all", help="rows per asset a
             if frame is not None and not frame.is_empty():
                 footer_lines = sum(-(-len(line) // max(console.width, 1)) for line in footer)
                 used = s.TABLE_OVERHEAD + groups.row_count + footer_lines
-                for table in s.headline_tables(frame, s.SCREEN_LINES - used):
+                for table in s.headline_tables(frame, s.SCREEN_LINES - used, console.width):
                     console.print(table)
     for line in footer:
         console.print(line, markup=False, highlight=False, soft_wrap=True)

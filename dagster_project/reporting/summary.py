@@ -126,29 +126,45 @@ def shown_rows(sizes: list[int], lines: int) -> list[int]:
     return [min(n, cap) for n in sizes]
 
 
-def headline_tables(frame: pl.DataFrame, lines: int) -> list[Table]:
-    """One compact table per dataset (methods as rows, best accuracy first), cut to fit `lines` in all; a cut
-    table's caption says how many rows `--all` adds."""
+def not_evaluated_line(rows: pl.DataFrame) -> str | None:
+    """The caption line naming a dataset's systems without one evaluated turn (every turn an error row, e.g. a
+    model the training skipped), instead of rows of empty cells; None when there are none."""
+    if "n" not in rows.columns:
+        return None
+    idle = rows.filter(pl.col("n").fill_null(0) == 0)
+    if idle.is_empty():
+        return None
+    names = ", ".join(f"{r['subject']}/{r['method']}" for r in idle.iter_rows(named=True))
+    return f"  no evaluated turns: {names} (why: evaluation.predictions' error column)"
+
+
+def headline_tables(frame: pl.DataFrame, lines: int, width: int = 80) -> list[Table | Text]:
+    """One compact table per dataset (methods as rows, best accuracy first), cut to fit `lines` in all (at `width`
+    columns); a cut table's caption says how many rows `--all` adds, and systems with no evaluated turn are
+    named in one line under it instead of as rows."""
     parts = [DatasetHeadline(d, g.sort("accuracy", "subject", "method", descending=[True, False, False],
                                        nulls_last=True))
              for (d,), g in frame.group_by(["dataset"], maintain_order=True)]
     parts.sort(key=lambda p: p.dataset)
-    caps = shown_rows([p.rows.height for p in parts], lines)
+    idle = [not_evaluated_line(p.rows) for p in parts]
+    shown = [p.rows.filter(pl.col("n").fill_null(0) > 0) if line else p.rows for p, line in zip(parts, idle)]
+    idle_lines = sum(-(-len(line) // max(width, 1)) for line in idle if line)
+    caps = shown_rows([r.height for r in shown], lines - idle_lines)
     headers = dict(HEADLINE)
     out = []
-    for part, cap in zip(parts, caps, strict=True):
-        more = part.rows.height - cap
+    for part, rows, cap, line in zip(parts, shown, caps, idle, strict=True):
+        more = rows.height - cap
         t = _compact(f"{part.dataset}: all turns, % of evaluated turns, best first",
                      f"... {more} more rows (clarify summary --all)" if more else None)
         # names have no spaces: on a narrow terminal they shrink with an ellipsis (one line each), numbers stay whole
         t.add_column("subject", overflow="ellipsis")
         t.add_column("method", overflow="ellipsis")
-        metrics = [c for c in part.rows.columns if c in headers]
+        metrics = [c for c in rows.columns if c in headers]
         for c in metrics:
             t.add_column(headers[c], justify="right", no_wrap=True)
-        for row in part.rows.head(cap).iter_rows(named=True):
+        for row in rows.head(cap).iter_rows(named=True):
             t.add_row(Text(_cell(row["subject"])), Text(_cell(row["method"])), *(_metric(c, row[c]) for c in metrics))
-        out.append(t)
+        out += [t, *([Text(line, style="table.caption")] if line else [])]
     return out
 
 
