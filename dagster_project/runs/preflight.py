@@ -78,18 +78,16 @@ def role_check(cfg: RoleConfig, timeout_s: float) -> tuple[str, str | None]:
     """(what was found, the problem or None) for one role's model: the GGUF file, the vllm package, or the
     endpoint (GET /models within ``timeout_s``; a missing key or an HTTP 401/403 is a problem). Never shows a key."""
     if cfg.backend == "llamacpp":
-        from dagster_project.llm.backends.llamacpp import resolve_gguf, trained_base
-        from dagster_project.llm.trained import TrainedModelMissing, served_model
+        from dagster_project.llm.backends.llamacpp import resolve_gguf, trained_parts
+        from dagster_project.llm.trained import TrainedModelMissing
 
         if importlib.util.find_spec("llama_cpp") is None:
             return "llama_cpp not installed", "llama-cpp-python is not installed (make install)"
         if cfg.model.startswith("training/"):  # its base GGUF + its adapters as a llama.cpp adapter (lora_gguf.py)
             try:
-                served = served_model(cfg.model, merged=False)
+                served, base = trained_parts(cfg.model)
             except TrainedModelMissing as err:  # not a problem before the training group ran: it builds the folder
                 return f"not built yet ({err})", None
-            try:
-                base = resolve_gguf(trained_base(cfg.model))
             except (ValueError, FileNotFoundError) as err:
                 return "trained model: no GGUF base", str(err)
             return f"trained model: {base.name} + {len(served.adapters)} LoRA adapter(s)", None

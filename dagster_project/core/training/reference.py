@@ -5,7 +5,7 @@ the difference between two models."""
 from __future__ import annotations
 
 from dagster_project.config.llm import RoleConfig
-from dagster_project.llm.trained import same_model, training_meta, training_name
+from dagster_project.llm.trained import configured_base, same_model, training_meta, training_name
 
 
 def training_base(model: str, default_base: str) -> tuple[str, ...]:
@@ -17,7 +17,7 @@ def training_base(model: str, default_base: str) -> tuple[str, ...]:
     meta = training_meta(model)
     if meta is None:
         return (default_base,)
-    names = [str(meta.get("config", {}).get("base_model") or ""), str(meta.get("base_model") or "")]
+    names = [configured_base(model) or "", str(meta.get("base_model") or "")]
     return tuple(n for n in names if n) or (default_base,)
 
 

@@ -20,7 +20,7 @@ from dagster_project.config import RoleConfig
 from dagster_project.config.home import MODELS_ENV, home_path
 from dagster_project.llm.backends.base import Job, JobOutput, short_error
 from dagster_project.llm.models import KNOWN_GGUF, known_gguf_path, requantized
-from dagster_project.llm.trained import served_model, training_meta, training_name
+from dagster_project.llm.trained import ServedModel, configured_base, served_model, training_name
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +48,18 @@ def gguf_to_load(model: str, quantize: str | None) -> Path:
 def trained_base(model: str) -> str:
     """The GGUF a trained model's base was converted from: training.json's configured base_model (training.base_model:
     a GGUF alias or .gguf file); a base given as an HF folder or hub id has none, and llama.cpp cannot serve it."""
-    base = str(((training_meta(model) or {}).get("config") or {}).get("base_model") or "")
+    base = configured_base(model) or ""
     if base not in KNOWN_GGUF and not base.endswith(".gguf"):
         raise ValueError(f"{model}: trained from {base!r}, not from a GGUF; backend llamacpp serves a trained model on "
                          "the GGUF its base was converted from (training.base_model), else use backend transformers "
                          "or vllm")
     return base
+
+
+def trained_parts(model: str) -> tuple[ServedModel, Path]:
+    """A trained model's adapters and the base GGUF they are served on, found without writing anything (what
+    `clarify doctor` checks); TrainedModelMissing, ValueError or FileNotFoundError say what is missing."""
+    return served_model(model, merged=False), resolve_gguf(trained_base(model))
 
 
 def trained_files(model: str, quantize: str | None) -> tuple[Path, Path]:
@@ -63,8 +69,7 @@ def trained_files(model: str, quantize: str | None) -> tuple[Path, Path]:
     from dagster_project.llm.lora_gguf import write_lora_gguf
     from dagster_project.llm.lora_stack import STACKS_DIR, lora_adapter
 
-    served = served_model(model, merged=False)
-    base = gguf_to_load(trained_base(model), None)
+    served, base = trained_parts(model)
     name = f"{training_name(model)}-{served_fingerprint(model, merged=False)}.gguf"
     lora = write_lora_gguf(lora_adapter(model, served.adapters), base, home_path(STACKS_DIR) / name)
     return (requantized(base, quantize) if quantize else base), lora
