@@ -126,29 +126,29 @@ def shown_rows(sizes: list[int], lines: int) -> list[int]:
     return [min(n, cap) for n in sizes]
 
 
-def not_evaluated_line(rows: pl.DataFrame) -> str | None:
-    """The caption line naming a dataset's systems without one evaluated turn (every turn an error row, e.g. a
-    model the training skipped), instead of rows of empty cells; None when there are none."""
+def not_evaluated_lines(rows: pl.DataFrame) -> str | None:
+    """The lines naming a dataset's systems without one evaluated turn (every turn an error row, e.g. a model the
+    training skipped), instead of rows of empty cells; None when there are none."""
     if "n" not in rows.columns:
         return None
     idle = rows.filter(pl.col("n").fill_null(0) == 0)
     if idle.is_empty():
         return None
     names = ", ".join(f"{r['subject']}/{r['method']}" for r in idle.iter_rows(named=True))
-    return f"  no evaluated turns: {names} (why: evaluation.predictions' error column)"
+    return f"  no evaluated turns: {names}\n  (every turn an error row; its `error` in evaluation.predictions says why)"
 
 
 def headline_tables(frame: pl.DataFrame, lines: int, width: int = 80) -> list[Table | Text]:
     """One compact table per dataset (methods as rows, best accuracy first), cut to fit `lines` in all (at `width`
     columns); a cut table's caption says how many rows `--all` adds, and systems with no evaluated turn are
-    named in one line under it instead of as rows."""
+    named in two lines under it instead of as rows."""
     parts = [DatasetHeadline(d, g.sort("accuracy", "subject", "method", descending=[True, False, False],
                                        nulls_last=True))
              for (d,), g in frame.group_by(["dataset"], maintain_order=True)]
     parts.sort(key=lambda p: p.dataset)
-    idle = [not_evaluated_line(p.rows) for p in parts]
+    idle = [not_evaluated_lines(p.rows) for p in parts]
     shown = [p.rows.filter(pl.col("n").fill_null(0) > 0) if line else p.rows for p, line in zip(parts, idle)]
-    idle_lines = sum(-(-len(line) // max(width, 1)) for line in idle if line)
+    idle_lines = sum(-(-len(part) // max(width, 1)) for line in idle if line for part in line.split("\n"))
     caps = shown_rows([r.height for r in shown], lines - idle_lines)
     headers = dict(HEADLINE)
     out = []
