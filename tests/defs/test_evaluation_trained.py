@@ -2,6 +2,7 @@
 (only planned subject x method partitions run), and a clear failure when the trained model is not built."""
 
 import json
+import logging
 
 import dagster as dg
 import polars as pl
@@ -106,6 +107,36 @@ def test_missing_model_gives_input_error_rows_then_the_built_one_runs_and_unplan
     assert set(p["prompt_version"]) == {clarilm_template("Decide.").version}  # asked in its training template
     skipped = pl.read_parquet(tmp_path / "assets/evaluation/predictions/method=cot/subject=sft/data.parquet")
     assert skipped.height == 0
+
+
+def _warnings(instance, results) -> list[str]:
+    return [e.user_message for r in results for e in instance.all_logs(r.run_id)
+            if e.level == logging.WARNING and "not materialized" in e.user_message]
+
+
+def test_the_tables_read_the_planned_partitions_and_warn_only_of_a_missing_one(tmp_path, monkeypatch):
+    """cot|sft is in the partition grid but not planned (evaluation.subject_methods): the downstream assets map to
+    the planned keys only, so a built group logs no gap; a planned key whose file is gone is still warned about."""
+    monkeypatch.chdir(tmp_path)
+    SCRIPTED["backend"] = ScriptedBackend(eval_responder)
+    defs = _defs(_params(tmp_path))
+    planned = sorted(planned_partitions(load_params(_params(tmp_path))))
+    for name in ("judge_scores", "pairwise_judgements", "metric_tables", "method_comparison", "trained_comparison",
+                 "report"):
+        mapping = defs.resolve_assets_def(dg.AssetKey(["evaluation", name])).get_partition_mapping(
+            dg.AssetKey(["evaluation", "predictions"]))
+        assert sorted(mapping.partition_keys) == planned, name
+    instance = dg.DagsterInstance.ephemeral()
+    assert all(r.success for r in materialize_group(defs, "benchmark", instance))
+    results = materialize_group(defs, "evaluation", instance, _default_partitions("evaluation", _params(tmp_path)))
+    assert all(r.success for r in results) and not _warnings(instance, results)  # as `clarify materialize` runs it
+    assert not (tmp_path / "assets/evaluation/predictions/method=cot/subject=sft").exists()
+    (tmp_path / "assets/evaluation/predictions/method=cot/subject=smollm2/data.parquet").unlink()
+    job = defs.resolve_implicit_global_asset_job_def()
+    again = job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey(["evaluation", "metric_tables"])])
+    assert again.success
+    assert _warnings(instance, [again]) == ["evaluation/predictions: 1 of 3 partitions not materialized, skipped: "
+                                            "['cot|smollm2']"]
 
 
 def test_clarilm_held_out_split_is_a_dataset_and_a_planted_overlap_blocks(tmp_path, monkeypatch):
@@ -217,7 +248,7 @@ def test_an_unfair_reference_fails_the_comparison_naming_both(tmp_path, monkeypa
                            "evaluation": {"methods": ["base"], "trained_baseline": "smollm2"}})
     context = dg.build_asset_context(resources={"params": params})
     with pytest.raises(dg.Failure, match="unfair comparison 'sft' vs reference 'smollm2': it is served by llamacpp"):
-        evaluation.trained_comparison(context, predictions=pl.DataFrame(), judge_scores=pl.DataFrame())
+        evaluation.trained_comparison(context, params, predictions=pl.DataFrame(), judge_scores=pl.DataFrame())
 
 
 def test_trained_subjects_and_their_references_are_evaluated_on_trained_datasets_only():

@@ -9,7 +9,7 @@ import json
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import dagster as dg
@@ -91,6 +91,13 @@ def planned_partitions(params: Params) -> list[str]:
     pdef = partitions_for(params)
     return [k for k in pdef.get_partition_keys()
             if k.keys_by_dimension["method"] in params.evaluation.methods_for(k.keys_by_dimension["subject"])]
+
+
+def planned_input(params: Params, columns: Sequence[str] | None = None) -> dg.AssetIn:
+    """evaluation/predictions as the downstream assets read it: the planned partitions only (the others are in the
+    grid but never run, so their absence is no gap to warn about); `columns`: read only these."""
+    return dg.AssetIn(key=[GROUP, "predictions"], metadata={COLUMNS: list(columns)} if columns else None,
+                      partition_mapping=dg.SpecificPartitionsPartitionMapping(planned_partitions(params)))
 
 
 def subject_datasets(params: Params, subject: str) -> list[str]:
@@ -180,12 +187,19 @@ def build(params: Params) -> dg.Definitions:
                     frame.write_parquet(out[key])
             yield dg.Output(out if len(keys) > 1 else out[keys[0]])
 
-    judge_ins = {**upstream("evaluation/predictions"), **ins}
-    scored = {"predictions": dg.AssetIn(key=[GROUP, "predictions"], metadata={COLUMNS: SCORED_COLUMNS}), **ins}
+    planned = {"predictions": planned_input(params)}
+    judged = {**planned, **upstream("evaluation/judge_scores")}
+    tables = upstream("evaluation/metric_tables", "evaluation/method_comparison", "evaluation/judge_scores",
+                      "evaluation/pairwise_judgements", "evaluation/trained_comparison")
     return dg.Definitions(assets=[
-        external_dialogues, predictions, asset(judge_scores, name="judge_scores", ins=scored),
-        asset(pairwise_judgements, name="pairwise_judgements", ins=judge_ins),
-        metric_tables, method_comparison, trained_comparison, report],
+        external_dialogues, predictions,
+        asset(judge_scores, name="judge_scores", ins={"predictions": planned_input(params, SCORED_COLUMNS), **ins}),
+        asset(pairwise_judgements, name="pairwise_judgements", ins={**planned, **ins}),
+        asset(metric_tables, name="metric_tables", ins=planned),
+        asset(method_comparison, name="method_comparison", ins=judged),
+        asset(trained_comparison, name="trained_comparison", ins=judged),
+        asset(report, name="report", ins={**tables, **planned},
+              deps=[dg.AssetKey(["benchmark", "annotation_agreement"])])],
         asset_checks=[held_out_check(ins)])
 
 
@@ -274,7 +288,6 @@ def pairwise_judgements(context: dg.AssetExecutionContext, params: dg.ResourcePa
     return out
 
 
-@asset(ins=upstream("evaluation/predictions"))
 def metric_tables(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params],
                   predictions: pl.DataFrame) -> pl.DataFrame:
     """Accuracy (n, 95% CI), under-/over-clarification, invalid / not-a-question shares, protocol compliance,
@@ -290,7 +303,6 @@ def metric_tables(context: dg.AssetExecutionContext, params: dg.ResourceParam[Pa
     return out
 
 
-@asset(ins=upstream("evaluation/predictions", "evaluation/judge_scores"))
 def method_comparison(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params], predictions: pl.DataFrame,
                       judge_scores: pl.DataFrame) -> pl.DataFrame:
     """Methods side by side per backbone (Tables 5/6): per-persona accuracy at the comparison turn and
@@ -313,7 +325,6 @@ def method_comparison(context: dg.AssetExecutionContext, params: dg.ResourcePara
     return out
 
 
-@asset(ins=upstream("evaluation/predictions", "evaluation/judge_scores"))
 def trained_comparison(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params], predictions: pl.DataFrame,
                        judge_scores: pl.DataFrame) -> pl.DataFrame:
     """Trained subjects vs their reference (evaluation.trained_baseline / trained_pairs) with evaluation.trained_method
@@ -339,7 +350,8 @@ MAX_PAIRS = 200  # overlapping pairs listed in the check's metadata
 def held_out_check(ins: dict[str, dg.AssetIn]) -> dg.AssetChecksDefinition:
     """`held_out_disjoint` on trained_comparison (blocking), reading the dialogue inputs the params ask for (asset
     checks take named inputs only)."""
-    deco = dg.asset_check(asset=trained_comparison, name="held_out_disjoint", blocking=True, additional_ins=ins)
+    deco = dg.asset_check(asset=dg.AssetKey([GROUP, "trained_comparison"]), name="held_out_disjoint", blocking=True,
+                          additional_ins=ins)
     if "persona_dialogues" in ins:
         def check(params: dg.ResourceParam[Params], embedder: EmbedderResource, persona_dialogues: pl.DataFrame,
                   external_dialogues: pl.DataFrame) -> dg.AssetCheckResult:
@@ -404,9 +416,6 @@ def held_out_disjoint(params: Params, encode: Callable[[list[str]], np.ndarray],
         "pairs": dg.MetadataValue.md(f"{shown}\n\n{markdown_table(pairs.head(MAX_PAIRS))}") if pairs.height else "none"})
 
 
-@asset(ins=upstream("evaluation/metric_tables", "evaluation/method_comparison", "evaluation/judge_scores",
-                    "evaluation/pairwise_judgements", "evaluation/predictions", "evaluation/trained_comparison"),
-       deps=[dg.AssetKey(["benchmark", "annotation_agreement"])])
 def report(context: dg.AssetExecutionContext, params: dg.ResourceParam[Params], metric_tables: pl.DataFrame,
            method_comparison: pl.DataFrame, judge_scores: pl.DataFrame, pairwise_judgements: pl.DataFrame,
            predictions: pl.DataFrame, trained_comparison: pl.DataFrame) -> pl.DataFrame:
