@@ -94,11 +94,10 @@ def training_meta(model: str) -> dict | None:
     return meta if isinstance(meta, dict) else None
 
 
-def configured_base(model: str) -> str | None:
-    """training.base_model as the trained model's training.json records it (a GGUF alias, .gguf, HF folder or hub
+def configured_base(meta: dict | None) -> str | None:
+    """training.base_model as a training.json (`training_meta`) records it (a GGUF alias, .gguf, HF folder or hub
     id); None when the folder is not built or records none."""
-    meta = training_meta(model) or {}
-    return str((meta.get("config") or {}).get("base_model") or "") or None
+    return str(((meta or {}).get("config") or {}).get("base_model") or "") or None
 
 
 def same_model(a: str, b: str) -> bool:

@@ -40,8 +40,8 @@ class TemplateMethod:
         self.name, self.template, self.role, self.max_tokens = name, template, role, max_tokens
 
     def predict(self, turns: Sequence[DialogueTurn], chat: Chat, embed: Embed | None = None) -> list[Prediction]:
-        t = self.template
-        requests = [ChatRequest.of(t.render(turn.history), t.version, t.json_schema, temperature=0.0,
+        t, schema = self.template, self.template.json_schema
+        requests = [ChatRequest.of(t.render(turn.history), t.version, schema, temperature=0.0,
                                    max_tokens=self.max_tokens) for turn in turns]
         out = []
         for res in chat(self.role, requests) if requests else []:

@@ -17,7 +17,7 @@ def training_base(model: str, default_base: str) -> tuple[str, ...]:
     meta = training_meta(model)
     if meta is None:
         return (default_base,)
-    names = [configured_base(model) or "", str(meta.get("base_model") or "")]
+    names = [configured_base(meta) or "", str(meta.get("base_model") or "")]
     return tuple(n for n in names if n) or (default_base,)
 
 

@@ -20,7 +20,7 @@ from dagster_project.config import RoleConfig
 from dagster_project.config.home import MODELS_ENV, home_path
 from dagster_project.llm.backends.base import Job, JobOutput, short_error
 from dagster_project.llm.models import KNOWN_GGUF, known_gguf_path, requantized
-from dagster_project.llm.trained import ServedModel, configured_base, served_model, training_name
+from dagster_project.llm.trained import ServedModel, configured_base, served_model, training_meta, training_name
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def gguf_to_load(model: str, quantize: str | None) -> Path:
 def trained_base(model: str) -> str:
     """The GGUF a trained model's base was converted from: training.json's configured base_model (training.base_model:
     a GGUF alias or .gguf file); a base given as an HF folder or hub id has none, and llama.cpp cannot serve it."""
-    base = configured_base(model) or ""
+    base = configured_base(training_meta(model)) or ""
     if base not in KNOWN_GGUF and not base.endswith(".gguf"):
         raise ValueError(f"{model}: trained from {base!r}, not from a GGUF; backend llamacpp serves a trained model on "
                          "the GGUF its base was converted from (training.base_model), else use backend transformers "
